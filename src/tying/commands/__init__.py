@@ -1,0 +1,1 @@
+"""Verb modules of the `tying` command line (see `tying.cli`)."""

@@ -1,0 +1,174 @@
+"""The token interface: the one seam between tokens and a network.
+
+Every model reads tokens and writes logits only through a `TokenInterface`.
+Notation, used in every docstring of this package:
+
+- V: vocabulary size, d: hidden size (d_model), N: number of tokens.
+- E (V×d): the input embedding; row v is the vector fed in for token v.
+- W_out (d×V): the output projection, logits = h W_out (+ b).
+- U = W_out^T (V×d): the unembedding, in `nn.Linear.weight` layout.
+
+Each implementation defines the lookup (`embed`) and factors the head as
+
+    logits(h) = head_input(h) @ head_weight()^T + b
+
+with `head_weight()` of shape (V, d), so that the chunked loss never forms
+W_out nor the N×V logits, and PIT never forms T Z^T.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from tying.interface.loss import linear_cross_entropy
+
+
+class TokenInterface(nn.Module, ABC):
+    """Base class of the token interface (an `nn.Module`).
+
+    Subclasses implement `embed`, `_head_input`, `_head_weight` and
+    `embedding_matrix`; everything else follows.
+
+    Args:
+        vocab_size: V.
+        d_model: d.
+        bias: optional output bias, shape (V,), trained with the head.
+        loss_chunk_size: tokens per chunk in `loss` (default: ≤ 2^25 logits per chunk).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        bias: Tensor | None = None,
+        loss_chunk_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        if vocab_size < 1 or d_model < 1:
+            raise ValueError(f"vocab_size and d_model must be positive, got V={vocab_size}, d={d_model}")
+        self._vocab_size = int(vocab_size)
+        self._d_model = int(d_model)
+        self.loss_chunk_size = loss_chunk_size
+        if bias is not None:
+            if bias.shape != (vocab_size,):
+                raise ValueError(f"output bias must have shape ({vocab_size},), got {tuple(bias.shape)}")
+            self.bias: nn.Parameter | None = nn.Parameter(bias.detach().clone())
+        else:
+            self.register_parameter("bias", None)
+
+    # ----------------------------------------------------------------- sizes
+    @property
+    def vocab_size(self) -> int:
+        """V, the number of rows of E and of U."""
+        return self._vocab_size
+
+    @property
+    def d_model(self) -> int:
+        """d, the hidden size."""
+        return self._d_model
+
+    def num_parameters(self) -> int:
+        """Number of stored weights, each shared storage counted once.
+
+        Parameters and persistent weight buffers (e.g. a frozen PIT memory Z)
+        both count: they are the weights a checkpoint carries.
+        """
+        seen: set[int] = set()
+        total = 0
+        tensors = list(self.parameters()) + [b for _, b in self.named_buffers() if b.is_floating_point()]
+        for t in tensors:
+            key = t.untyped_storage().data_ptr()
+            if key in seen:
+                continue
+            seen.add(key)
+            total += t.numel()
+        return total
+
+    # ------------------------------------------------------- what subclasses define
+    @abstractmethod
+    def embed(self, input_ids: Tensor) -> Tensor:
+        """Input vectors of tokens: (...) int -> (..., d)."""
+
+    @abstractmethod
+    def _head_input(self, hidden: Tensor) -> Tensor:
+        """The d×d part of the head applied to hidden states: (..., d) -> (..., d)."""
+
+    @abstractmethod
+    def _head_weight(self) -> Tensor:
+        """The (V, d) matrix the head input is projected on."""
+
+    @abstractmethod
+    def embedding_matrix(self) -> Tensor:
+        """E, materialized: (V, d)."""
+
+    def unembedding_matrix(self) -> Tensor:
+        """U = W_out^T, materialized: (V, d) (`nn.Linear.weight` layout)."""
+        return self._head_weight()
+
+    # ------------------------------------------------------------- derived
+    def forward(self, input_ids: Tensor) -> Tensor:
+        """Same as `embed`, so the interface can stand where an `nn.Embedding` stood."""
+        return self.embed(input_ids)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """Next-token logits: (..., d) -> (..., V)."""
+        self._check_hidden(hidden)
+        return F.linear(self._head_input(hidden), self._head_weight(), self.bias)
+
+    def loss(
+        self,
+        hidden: Tensor,
+        targets: Tensor,
+        ignore_index: int = -100,
+        reduction: str = "mean",
+    ) -> Tensor:
+        """Cross-entropy of `logits(hidden)` against `targets`, chunked over tokens (nats).
+
+        Equal in value and gradients to `F.cross_entropy(self.logits(hidden), targets)`
+        but holds at most one chunk of logits in the forward and backward passes.
+
+        Args:
+            hidden: (N, d) or (..., d).
+            targets: (N,) or (...), ids in [0, V) or `ignore_index`.
+            ignore_index: target value that is skipped.
+            reduction: "mean", "sum" or "none".
+        """
+        self._check_hidden(hidden)
+        return linear_cross_entropy(
+            self._head_input(hidden),
+            self._head_weight(),
+            targets,
+            self.bias,
+            ignore_index=ignore_index,
+            reduction=reduction,
+            chunk_size=self.loss_chunk_size,
+        )
+
+    # ------------------------------------------------------------- checks
+    def _check_ids(self, input_ids: Tensor) -> None:
+        """Raise on non-integer ids or ids outside [0, V)."""
+        if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+            raise ValueError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
+        if input_ids.numel() == 0:
+            return
+        lo, hi = int(input_ids.min()), int(input_ids.max())
+        if lo < 0 or hi >= self.vocab_size:
+            bad = hi if hi >= self.vocab_size else lo
+            raise IndexError(
+                f"token id {bad} is outside the vocabulary [0, {self.vocab_size}): "
+                f"check that the tokenizer matches this model (V={self.vocab_size})"
+            )
+
+    def _check_hidden(self, hidden: Tensor) -> None:
+        """Raise when the last dimension of `hidden` is not d."""
+        if hidden.dim() == 0 or hidden.shape[-1] != self.d_model:
+            raise ValueError(
+                f"hidden states must have last dimension d={self.d_model}, got shape {tuple(hidden.shape)}"
+            )
+
+    def extra_repr(self) -> str:
+        return f"vocab_size={self.vocab_size}, d_model={self.d_model}, bias={self.bias is not None}"

@@ -1,0 +1,264 @@
+"""Chunked linear cross-entropy: next-token loss without the N×V logits.
+
+For hidden states x (N×d), a vocabulary projection W (V×d, `nn.Linear` layout),
+an optional bias b (V) and targets t (N),
+
+    loss_n = logsumexp(x_n W^T + b) - (x_n W^T + b)[t_n]
+
+When V ≫ d the logits x W^T dominate both memory (N·V floats, twice over with
+their gradient) and time. Here they are formed `chunk_size` tokens at a time.
+For `reduction="mean"` or `"sum"` the gradient of each chunk is computed in the
+same pass as its loss (the loss is linear in the per-token terms, so the
+scalar upstream gradient simply rescales the stored gradients afterwards):
+3 matrix products per chunk, as for the full path, and at most
+chunk_size × V logits alive at any time. `reduction="none"` keeps only the
+per-token log-sum-exp and recomputes each chunk in the backward pass.
+
+Under `torch.autocast` the two large products run in the autocast dtype (e.g.
+bf16); log-sum-exp, softmax and the weight-gradient accumulator stay in
+float32.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+_REDUCTIONS = ("mean", "sum", "none")
+# Default: at most this many logits (chunk_size × V) alive at once: 2^25 floats = 128 MiB fp32.
+_DEFAULT_LOGITS_PER_CHUNK = 1 << 25
+
+
+def default_chunk_size(vocab_size: int) -> int:
+    """Tokens per chunk so that one chunk's logits hold at most 2^25 floats (≥ 16 tokens)."""
+    return max(16, _DEFAULT_LOGITS_PER_CHUNK // max(vocab_size, 1))
+
+
+def _compute_dtype(x: Tensor) -> torch.dtype:
+    """The dtype the large products run in: the autocast dtype if autocast is on."""
+    device_type = x.device.type
+    if torch.is_autocast_enabled(device_type) and x.dtype in (
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+    ):
+        return torch.get_autocast_dtype(device_type)
+    return x.dtype
+
+
+def _chunk_logits(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """Logits of one chunk in float32 (or float64 if the inputs are float64): (n, V)."""
+    logits = x @ weight.T
+    acc = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    logits = logits.to(acc)
+    if bias is not None:
+        logits = logits + bias.to(acc)
+    return logits
+
+
+def _softmax_minus_onehot_(
+    logits: Tensor, lse: Tensor, targets: Tensor, valid: Tensor, row_scale: Tensor
+) -> Tensor:
+    """In place: logits -> (softmax(logits) - onehot(targets)) * row_scale, zero on ignored rows."""
+    logits.sub_(lse.unsqueeze(1)).exp_()
+    rows = torch.arange(logits.shape[0], device=logits.device)
+    logits[rows, targets] -= valid.to(logits.dtype)
+    logits.mul_((row_scale * valid).to(logits.dtype).unsqueeze(1))
+    return logits
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """Autograd function behind `linear_cross_entropy` (see the module docstring)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx,
+        x: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+        targets: Tensor,
+        ignore_index: int,
+        reduction: str,
+        chunk_size: int,
+        compute_dtype: torch.dtype,
+    ) -> Tensor:
+        n_tokens = x.shape[0]
+        valid = targets != ignore_index
+        safe_targets = torch.where(valid, targets, torch.zeros_like(targets))
+        n_valid = valid.sum()
+        xc = x.to(compute_dtype)
+        wc = weight.to(compute_dtype)
+        acc = torch.float64 if compute_dtype == torch.float64 else torch.float32
+        losses = torch.empty(n_tokens, dtype=acc, device=x.device)
+        lse_all = torch.empty(n_tokens, dtype=acc, device=x.device)
+
+        need_x, need_w, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1], False
+        if bias is not None:
+            need_b = ctx.needs_input_grad[2]
+        fused = reduction != "none" and (need_x or need_w or need_b)
+        if fused:
+            scale = 1.0 / n_valid.to(acc) if reduction == "mean" else torch.ones((), dtype=acc)
+            row_scale = scale.to(x.device).expand(n_tokens)
+            grad_x = torch.empty(n_tokens, x.shape[1], dtype=x.dtype, device=x.device) if need_x else None
+            grad_w = torch.zeros(weight.shape, dtype=acc, device=x.device) if need_w else None
+            grad_b = torch.zeros(weight.shape[0], dtype=acc, device=x.device) if need_b else None
+
+        for start in range(0, n_tokens, chunk_size):
+            end = min(start + chunk_size, n_tokens)
+            xs = xc[start:end]
+            logits = _chunk_logits(xs, wc, bias)
+            lse = torch.logsumexp(logits, dim=1)
+            target_logit = logits.gather(1, safe_targets[start:end].unsqueeze(1)).squeeze(1)
+            v = valid[start:end]
+            losses[start:end] = torch.where(v, lse - target_logit, torch.zeros_like(lse))
+            lse_all[start:end] = lse
+            if not fused:
+                continue
+            g = _softmax_minus_onehot_(logits, lse, safe_targets[start:end], v, row_scale[start:end])
+            if grad_b is not None:
+                grad_b += g.sum(0)
+            g = g.to(compute_dtype)
+            if grad_x is not None:
+                grad_x[start:end] = (g @ wc).to(x.dtype)
+            if grad_w is not None:
+                if compute_dtype == acc:
+                    grad_w.addmm_(g.T, xs)
+                else:
+                    grad_w += (g.T @ xs).to(acc)
+
+        if reduction == "mean":
+            out = losses.sum() / n_valid.to(acc)
+        elif reduction == "sum":
+            out = losses.sum()
+        else:
+            out = losses
+        out = out.to(x.dtype if x.dtype == torch.float64 else torch.float32)
+
+        ctx.reduction = reduction
+        ctx.has_bias = bias is not None
+        ctx.fused = fused
+        if fused:
+            ctx.save_for_backward(grad_x, grad_w, grad_b)
+            ctx.dtypes = (x.dtype, weight.dtype, bias.dtype if bias is not None else None)
+        else:
+            ctx.save_for_backward(x, weight, bias, safe_targets, valid, lse_all)
+            ctx.chunk_size = chunk_size
+            ctx.compute_dtype = compute_dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):  # type: ignore[override]
+        none8 = [None] * 5
+        if ctx.fused:
+            grad_x, grad_w, grad_b = ctx.saved_tensors
+            x_dtype, w_dtype, b_dtype = ctx.dtypes
+            gx = (grad_x * grad_out.to(grad_x.dtype)) if grad_x is not None else None
+            gw = (grad_w * grad_out.to(grad_w.dtype)).to(w_dtype) if grad_w is not None else None
+            gb = (grad_b * grad_out.to(grad_b.dtype)).to(b_dtype) if grad_b is not None else None
+            return (gx, gw, gb, *none8)
+        return (*_recompute_backward(ctx, grad_out), *none8)
+
+
+def _recompute_backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """Backward of `reduction="none"`: recompute each chunk's softmax, weight by grad_out per token."""
+    x, weight, bias, safe_targets, valid, lse_all = ctx.saved_tensors
+    compute_dtype = ctx.compute_dtype
+    need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    need_b = ctx.has_bias and ctx.needs_input_grad[2]
+    xc, wc = x.to(compute_dtype), weight.to(compute_dtype)
+    acc = lse_all.dtype
+    grad_x = torch.empty_like(x) if need_x else None
+    grad_w = torch.zeros(weight.shape, dtype=acc, device=x.device) if need_w else None
+    grad_b = torch.zeros(weight.shape[0], dtype=acc, device=x.device) if need_b else None
+    row_scale = grad_out.to(acc)
+    with torch.autocast(x.device.type, enabled=False):
+        for start in range(0, x.shape[0], ctx.chunk_size):
+            end = min(start + ctx.chunk_size, x.shape[0])
+            xs = xc[start:end]
+            logits = _chunk_logits(xs, wc, bias)
+            g = _softmax_minus_onehot_(
+                logits, lse_all[start:end], safe_targets[start:end], valid[start:end], row_scale[start:end]
+            )
+            if grad_b is not None:
+                grad_b += g.sum(0)
+            g = g.to(compute_dtype)
+            if grad_x is not None:
+                grad_x[start:end] = (g @ wc).to(x.dtype)
+            if grad_w is not None:
+                grad_w += (g.T @ xs).to(acc)
+    return (
+        grad_x,
+        grad_w.to(weight.dtype) if grad_w is not None else None,
+        grad_b.to(bias.dtype) if grad_b is not None else None,
+    )
+
+
+def linear_cross_entropy(
+    x: Tensor,
+    weight: Tensor,
+    targets: Tensor,
+    bias: Tensor | None = None,
+    *,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    chunk_size: int | None = None,
+) -> Tensor:
+    """Cross-entropy of `x @ weight.T + bias` against `targets`, never holding all N×V logits.
+
+    Value and gradients equal `F.cross_entropy(F.linear(x, weight, bias), targets,
+    ignore_index=ignore_index, reduction=reduction)` (to floating-point rounding).
+
+    Args:
+        x: hidden states, shape (N, d) or (..., d) (flattened).
+        weight: vocabulary projection, shape (V, d) (`nn.Linear.weight` layout).
+        targets: token ids, shape (N,) or (...), values in [0, V) or `ignore_index`.
+        bias: optional output bias, shape (V,).
+        ignore_index: targets equal to this contribute neither loss nor gradient.
+        reduction: "mean" (over non-ignored tokens; NaN if there are none, like
+            `F.cross_entropy`), "sum" or "none" (per-token losses, shape (N,)).
+        chunk_size: tokens per chunk; default keeps ≤ 2^25 logits alive.
+
+    Returns:
+        The loss in nats: a scalar, or (N,) for `reduction="none"`; float32
+        (float64 if `x` is float64).
+
+    Raises:
+        ValueError: on mismatched shapes, an unknown reduction, or a target outside [0, V).
+    """
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    if weight.dim() != 2:
+        raise ValueError(f"weight must be (V, d), got shape {tuple(weight.shape)}")
+    vocab_size, d_model = weight.shape
+    if x.shape[-1] != d_model:
+        raise ValueError(
+            f"hidden size mismatch: x has last dimension {x.shape[-1]}, the projection expects d={d_model}"
+        )
+    x2 = x.reshape(-1, d_model)
+    t = targets.reshape(-1)
+    if t.shape[0] != x2.shape[0]:
+        raise ValueError(
+            f"targets hold {t.shape[0]} tokens but hidden holds {x2.shape[0]} (shapes "
+            f"{tuple(targets.shape)} and {tuple(x.shape)})"
+        )
+    if t.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        raise ValueError(f"targets must be an integer tensor, got {t.dtype}")
+    t = t.long()
+    if bias is not None and bias.shape != (vocab_size,):
+        raise ValueError(f"bias must have shape ({vocab_size},), got {tuple(bias.shape)}")
+    check = t[t != ignore_index]
+    if check.numel() and (int(check.min()) < 0 or int(check.max()) >= vocab_size):
+        bad = int(check.max()) if int(check.max()) >= vocab_size else int(check.min())
+        raise IndexError(
+            f"target id {bad} is outside the vocabulary [0, {vocab_size}) "
+            f"(ignore_index={ignore_index})"
+        )
+    chunk = chunk_size or default_chunk_size(vocab_size)
+    compute_dtype = _compute_dtype(x2)
+    with torch.autocast(x.device.type, enabled=False):
+        out = _LinearCrossEntropy.apply(
+            x2, weight, bias, t, ignore_index, reduction, chunk, compute_dtype
+        )
+    if reduction == "none":
+        return out.reshape(targets.shape)
+    return out
