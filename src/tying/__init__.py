@@ -9,6 +9,7 @@ from tying.interface import (
     TokenInterface,
     TransposeTying,
     Untied,
+    build_interface,
     linear_cross_entropy,
 )
 
@@ -20,5 +21,6 @@ __all__ = [
     "TransposeTying",
     "Untied",
     "__version__",
+    "build_interface",
     "linear_cross_entropy",
 ]

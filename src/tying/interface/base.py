@@ -49,14 +49,20 @@ class TokenInterface(nn.Module, ABC):
     ) -> None:
         super().__init__()
         if vocab_size < 1 or d_model < 1:
-            raise ValueError(f"vocab_size and d_model must be positive, got V={vocab_size}, d={d_model}")
+            raise ValueError(
+                f"vocab_size and d_model must be positive, got V={vocab_size}, d={d_model}"
+            )
         self._vocab_size = int(vocab_size)
         self._d_model = int(d_model)
         self.loss_chunk_size = loss_chunk_size
         if bias is not None:
             if bias.shape != (vocab_size,):
-                raise ValueError(f"output bias must have shape ({vocab_size},), got {tuple(bias.shape)}")
-            self.bias: nn.Parameter | None = nn.Parameter(bias.detach().clone())
+                raise ValueError(
+                    f"output bias must have shape ({vocab_size},), got {tuple(bias.shape)}"
+                )
+            self.bias: nn.Parameter | None = nn.Parameter(
+                bias.detach().clone(memory_format=torch.contiguous_format)
+            )
         else:
             self.register_parameter("bias", None)
 
@@ -79,7 +85,9 @@ class TokenInterface(nn.Module, ABC):
         """
         seen: set[int] = set()
         total = 0
-        tensors = list(self.parameters()) + [b for _, b in self.named_buffers() if b.is_floating_point()]
+        tensors = list(self.parameters()) + [
+            b for _, b in self.named_buffers() if b.is_floating_point()
+        ]
         for t in tensors:
             key = t.untyped_storage().data_ptr()
             if key in seen:

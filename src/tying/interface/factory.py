@@ -52,6 +52,10 @@ def build_interface(
         return Untied.scratch(vocab_size, d_model, std=init_std, generator=generator)
     if tie == "tt":
         return TransposeTying.scratch(
-            vocab_size, d_model, std=init_std, generator=generator, input_grad_scale=input_grad_scale
+            vocab_size,
+            d_model,
+            std=init_std,
+            generator=generator,
+            input_grad_scale=input_grad_scale,
         )
     return PseudoInverseTying.scratch(vocab_size, d_model, generator=generator, **pit_options)

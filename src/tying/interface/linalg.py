@@ -24,7 +24,9 @@ def check_finite_matrix(M: Tensor, name: str) -> None:
         raise ValueError(f"{name} must be a floating-point tensor, got {M.dtype}")
     if not bool(torch.isfinite(M).all()):
         n_bad = int((~torch.isfinite(M)).sum())
-        raise ValueError(f"{name} has {n_bad} non-finite entries (NaN or Inf); expected a finite matrix")
+        raise ValueError(
+            f"{name} has {n_bad} non-finite entries (NaN or Inf); expected a finite matrix"
+        )
 
 
 def orthonormal_from_gaussian(
@@ -44,7 +46,7 @@ def orthonormal_from_gaussian(
     Q, R = torch.linalg.qr(G, mode="reduced")
     signs = torch.sign(torch.diagonal(R))
     signs[signs == 0] = 1.0
-    return Q * signs
+    return (Q * signs).contiguous()
 
 
 @dataclass(frozen=True)

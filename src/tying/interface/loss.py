@@ -99,7 +99,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if fused:
             scale = 1.0 / n_valid.to(acc) if reduction == "mean" else torch.ones((), dtype=acc)
             row_scale = scale.to(x.device).expand(n_tokens)
-            grad_x = torch.empty(n_tokens, x.shape[1], dtype=x.dtype, device=x.device) if need_x else None
+            grad_x = (
+                torch.empty(n_tokens, x.shape[1], dtype=x.dtype, device=x.device)
+                if need_x
+                else None
+            )
             grad_w = torch.zeros(weight.shape, dtype=acc, device=x.device) if need_w else None
             grad_b = torch.zeros(weight.shape[0], dtype=acc, device=x.device) if need_b else None
 
@@ -114,7 +118,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
             lse_all[start:end] = lse
             if not fused:
                 continue
-            g = _softmax_minus_onehot_(logits, lse, safe_targets[start:end], v, row_scale[start:end])
+            g = _softmax_minus_onehot_(
+                logits, lse, safe_targets[start:end], v, row_scale[start:end]
+            )
             if grad_b is not None:
                 grad_b += g.sum(0)
             g = g.to(compute_dtype)
@@ -139,7 +145,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         ctx.fused = fused
         if fused:
             ctx.save_for_backward(grad_x, grad_w, grad_b)
-            ctx.dtypes = (x.dtype, weight.dtype, bias.dtype if bias is not None else None)
+            ctx.dtypes = (weight.dtype, bias.dtype if bias is not None else None)
         else:
             ctx.save_for_backward(x, weight, bias, safe_targets, valid, lse_all)
             ctx.chunk_size = chunk_size
@@ -151,7 +157,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         none8 = [None] * 5
         if ctx.fused:
             grad_x, grad_w, grad_b = ctx.saved_tensors
-            x_dtype, w_dtype, b_dtype = ctx.dtypes
+            w_dtype, b_dtype = ctx.dtypes
             gx = (grad_x * grad_out.to(grad_x.dtype)) if grad_x is not None else None
             gw = (grad_w * grad_out.to(grad_w.dtype)).to(w_dtype) if grad_w is not None else None
             gb = (grad_b * grad_out.to(grad_b.dtype)).to(b_dtype) if grad_b is not None else None
@@ -159,7 +165,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return (*_recompute_backward(ctx, grad_out), *none8)
 
 
-def _recompute_backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+def _recompute_backward(
+    ctx, grad_out: Tensor
+) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
     """Backward of `reduction="none"`: recompute each chunk's softmax, weight by grad_out per token."""
     x, weight, bias, safe_targets, valid, lse_all = ctx.saved_tensors
     compute_dtype = ctx.compute_dtype
@@ -177,7 +185,11 @@ def _recompute_backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, Tensor | 
             xs = xc[start:end]
             logits = _chunk_logits(xs, wc, bias)
             g = _softmax_minus_onehot_(
-                logits, lse_all[start:end], safe_targets[start:end], valid[start:end], row_scale[start:end]
+                logits,
+                lse_all[start:end],
+                safe_targets[start:end],
+                valid[start:end],
+                row_scale[start:end],
             )
             if grad_b is not None:
                 grad_b += g.sum(0)

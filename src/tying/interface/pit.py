@@ -84,12 +84,20 @@ class PseudoInverseTying(TokenInterface):
         if L.shape != (d, d):
             raise ValueError(f"L must be (d, d) = ({d}, {d}) to match Z, got {tuple(L.shape)}")
         if diag_activation not in DIAG_ACTIVATIONS:
-            raise ValueError(f"diag_activation must be one of {DIAG_ACTIVATIONS}, got {diag_activation!r}")
+            raise ValueError(
+                f"diag_activation must be one of {DIAG_ACTIVATIONS}, got {diag_activation!r}"
+            )
         if diag_clamp is not None:
             lo, hi = diag_clamp
             if not (0 < lo < hi):
-                raise ValueError(f"diag_clamp must be (min, max) with 0 < min < max, got {diag_clamp}")
-        gram_err = (Z.to(torch.float64).T @ Z.to(torch.float64) - torch.eye(d, dtype=torch.float64)).abs().max()
+                raise ValueError(
+                    f"diag_clamp must be (min, max) with 0 < min < max, got {diag_clamp}"
+                )
+        gram_err = (
+            (Z.to(torch.float64).T @ Z.to(torch.float64) - torch.eye(d, dtype=torch.float64))
+            .abs()
+            .max()
+        )
         if gram_err > ortho_atol:
             raise ValueError(
                 f"Z must have orthonormal columns: max|Z^T Z - I| = {gram_err.item():.2e} > {ortho_atol:.0e}; "
@@ -100,12 +108,14 @@ class PseudoInverseTying(TokenInterface):
             raise ValueError("L must be lower-triangular (its strict upper triangle is not zero)")
         diag = torch.diagonal(L)
         if bool((diag <= 0).any()):
-            raise ValueError(f"L must have a positive diagonal; smallest entry is {diag.min().item():.3e}")
+            raise ValueError(
+                f"L must have a positive diagonal; smallest entry is {diag.min().item():.3e}"
+            )
         super().__init__(V, d, bias, loss_chunk_size)
         self.diag_activation = diag_activation
         self.diag_clamp = tuple(diag_clamp) if diag_clamp is not None else None
         self.retraction_eps = float(retraction_eps)
-        z = Z.detach().clone()
+        z = Z.detach().clone(memory_format=torch.contiguous_format)
         if trainable_z:
             self.z = nn.Parameter(z)
         else:
@@ -199,7 +209,9 @@ class PseudoInverseTying(TokenInterface):
         work = self._solve_dtype()
         with torch.autocast(rows.device.type, enabled=False):
             L = self.cholesky_factor().to(work)
-            Y = torch.linalg.solve_triangular(L.T, rows.to(work), upper=True, left=False)  # Y L^T = rows
+            Y = torch.linalg.solve_triangular(
+                L.T, rows.to(work), upper=True, left=False
+            )  # Y L^T = rows
             X = torch.linalg.solve_triangular(L, Y, upper=False, left=False)  # X L = Y
         return X
 

@@ -57,7 +57,7 @@ class TransposeTying(TokenInterface):
         if not (input_grad_scale == input_grad_scale and abs(input_grad_scale) < float("inf")):
             raise ValueError(f"input_grad_scale must be finite, got {input_grad_scale}")
         self.input_grad_scale = float(input_grad_scale)
-        self.weight = nn.Parameter(E.detach().clone())
+        self.weight = nn.Parameter(E.detach().clone(memory_format=torch.contiguous_format))
 
     @classmethod
     def scratch(

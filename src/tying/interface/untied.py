@@ -30,12 +30,16 @@ class Untied(TokenInterface):
                 f"E and W must both be (V, d); got E {tuple(E.shape)} and W {tuple(W.shape)}"
             )
         super().__init__(E.shape[0], E.shape[1], bias, loss_chunk_size)
-        self.weight_in = nn.Parameter(E.detach().clone())
-        self.weight_out = nn.Parameter(W.detach().clone())
+        self.weight_in = nn.Parameter(E.detach().clone(memory_format=torch.contiguous_format))
+        self.weight_out = nn.Parameter(W.detach().clone(memory_format=torch.contiguous_format))
 
     @classmethod
     def scratch(
-        cls, vocab_size: int, d_model: int, std: float = 0.02, generator: torch.Generator | None = None
+        cls,
+        vocab_size: int,
+        d_model: int,
+        std: float = 0.02,
+        generator: torch.Generator | None = None,
     ) -> Untied:
         """Both matrices drawn i.i.d. from N(0, std²)."""
         E = torch.randn(vocab_size, d_model, generator=generator) * std

@@ -1,0 +1,9 @@
+"""Shared test settings."""
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)
