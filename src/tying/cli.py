@@ -18,6 +18,8 @@ from collections.abc import Sequence
 # verb -> module path. Add one line here per new verb.
 VERBS: dict[str, str] = {
     "info": "tying.commands.info",
+    "train": "tying.commands.train",
+    "eval": "tying.commands.eval",
 }
 
 

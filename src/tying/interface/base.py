@@ -19,12 +19,19 @@ W_out nor the N×V logits, and PIT never forms T Z^T.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tying.interface.loss import linear_cross_entropy
+
+#: Called as hook(side, name, grad) with side "input" (the lookup) or "output" (the head),
+#: `name` the parameter's attribute name and `grad` the gradient reaching it along that side.
+PathHook = Callable[[str, str, Tensor], None]
+
+SIDES = ("input", "output")
 
 
 class TokenInterface(nn.Module, ABC):
@@ -55,6 +62,7 @@ class TokenInterface(nn.Module, ABC):
         self._vocab_size = int(vocab_size)
         self._d_model = int(d_model)
         self.loss_chunk_size = loss_chunk_size
+        self._path_hook: PathHook | None = None
         if bias is not None:
             if bias.shape != (vocab_size,):
                 raise ValueError(
@@ -113,9 +121,33 @@ class TokenInterface(nn.Module, ABC):
     def embedding_matrix(self) -> Tensor:
         """E, materialized: (V, d)."""
 
+    def _output_bias(self) -> Tensor | None:
+        return None if self.bias is None else self._on_side("output", "bias", self.bias)
+
     def unembedding_matrix(self) -> Tensor:
         """U = W_out^T, materialized: (V, d) (`nn.Linear.weight` layout)."""
         return self._head_weight()
+
+    # ------------------------------------------------------------- gradient paths
+    def set_path_hook(self, hook: PathHook | None) -> None:
+        """Report the gradient of each interface parameter separately per side.
+
+        With a hook set, every parameter is used through a distinct view on the
+        input side (the lookup) and on the output side (the head); autograd
+        sums the two view gradients into the parameter's `.grad`, and the hook
+        sees each one: `hook(side, name, grad)` with grad of the parameter's shape.
+        `None` removes the hook (no views, no cost).
+        """
+        self._path_hook = hook
+
+    def _on_side(self, side: str, name: str, tensor: Tensor) -> Tensor:
+        """`tensor` as used by one side; when a path hook is set, a view that reports its gradient."""
+        hook = self._path_hook
+        if hook is None or not tensor.requires_grad or not torch.is_grad_enabled():
+            return tensor
+        view = tensor.view_as(tensor)
+        view.register_hook(lambda grad: hook(side, name, grad))
+        return view
 
     # ------------------------------------------------------------- derived
     def forward(self, input_ids: Tensor) -> Tensor:
@@ -125,7 +157,7 @@ class TokenInterface(nn.Module, ABC):
     def logits(self, hidden: Tensor) -> Tensor:
         """Next-token logits: (..., d) -> (..., V)."""
         self._check_hidden(hidden)
-        return F.linear(self._head_input(hidden), self._head_weight(), self.bias)
+        return F.linear(self._head_input(hidden), self._head_weight(), self._output_bias())
 
     def loss(
         self,
@@ -150,7 +182,7 @@ class TokenInterface(nn.Module, ABC):
             self._head_input(hidden),
             self._head_weight(),
             targets,
-            self.bias,
+            self._output_bias(),
             ignore_index=ignore_index,
             reduction=reduction,
             chunk_size=self.loss_chunk_size,

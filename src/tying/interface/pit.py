@@ -185,13 +185,18 @@ class PseudoInverseTying(TokenInterface):
         """Whether Z is a parameter (True) or a frozen buffer (False)."""
         return isinstance(self.z, nn.Parameter)
 
-    def cholesky_factor(self) -> Tensor:
-        """L (d×d), lower-triangular with diagonal act(ρ) (clamped if configured)."""
-        rho = torch.diagonal(self.l_param)
+    def cholesky_factor(self, l_param: Tensor | None = None) -> Tensor:
+        """L (d×d), lower-triangular with diagonal act(ρ) (clamped if configured).
+
+        Args:
+            l_param: the raw parameter to read (default `self.l_param`; a side view when tracking).
+        """
+        l_param = self.l_param if l_param is None else l_param
+        rho = torch.diagonal(l_param)
         diag = rho.exp() if self.diag_activation == "exp" else F.softplus(rho)
         if self.diag_clamp is not None:
             diag = diag.clamp(*self.diag_clamp)
-        return torch.tril(self.l_param, diagonal=-1) + torch.diag_embed(diag)
+        return torch.tril(l_param, diagonal=-1) + torch.diag_embed(diag)
 
     def transform(self) -> Tensor:
         """T = L L^T (d×d), symmetric positive definite."""
@@ -201,14 +206,14 @@ class PseudoInverseTying(TokenInterface):
     def _solve_dtype(self) -> torch.dtype:
         return torch.float64 if self.z.dtype == torch.float64 else torch.float32
 
-    def _apply_inverse_transform(self, rows: Tensor) -> Tensor:
+    def _apply_inverse_transform(self, rows: Tensor, L: Tensor) -> Tensor:
         """rows T^{-1} for rows (n, d): solve X L L^T = rows by two triangular solves.
 
         Runs in float32 (float64 for float64 state) with autocast off; never inverts T.
         """
         work = self._solve_dtype()
         with torch.autocast(rows.device.type, enabled=False):
-            L = self.cholesky_factor().to(work)
+            L = L.to(work)
             Y = torch.linalg.solve_triangular(
                 L.T, rows.to(work), upper=True, left=False
             )  # Y L^T = rows
@@ -221,20 +226,22 @@ class PseudoInverseTying(TokenInterface):
         self._check_ids(input_ids)
         flat = input_ids.reshape(-1)
         unique_ids, inverse = torch.unique(flat, return_inverse=True)
-        X = self._apply_inverse_transform(self.z[unique_ids])
+        z = self._on_side("input", "z", self.z)
+        L = self.cholesky_factor(self._on_side("input", "l_param", self.l_param))
+        X = self._apply_inverse_transform(z[unique_ids], L)
         out = X[inverse].to(self.z.dtype)
         return out.reshape(*input_ids.shape, self.d_model)
 
     def _head_input(self, hidden: Tensor) -> Tensor:
-        L = self.cholesky_factor()
+        L = self.cholesky_factor(self._on_side("output", "l_param", self.l_param))
         return (hidden @ L) @ L.T
 
     def _head_weight(self) -> Tensor:
-        return self.z
+        return self._on_side("output", "z", self.z)
 
     def embedding_matrix(self) -> Tensor:
         """E = Z T^{-1}, (V, d), by triangular solves on all rows."""
-        return self._apply_inverse_transform(self.z).to(self.z.dtype)
+        return self._apply_inverse_transform(self.z, self.cholesky_factor()).to(self.z.dtype)
 
     def unembedding_matrix(self) -> Tensor:
         """U = W_out^T = Z T, (V, d)."""

@@ -76,13 +76,14 @@ class TransposeTying(TokenInterface):
         self._check_ids(input_ids)
         # Scaling the gradient of the looked-up rows equals scaling the input-side
         # gradient of E (the lookup is linear), at N×d rather than V×d cost.
-        return scale_grad(F.embedding(input_ids, self.weight), self.input_grad_scale)
+        weight = self._on_side("input", "weight", self.weight)
+        return scale_grad(F.embedding(input_ids, weight), self.input_grad_scale)
 
     def _head_input(self, hidden: Tensor) -> Tensor:
         return hidden
 
     def _head_weight(self) -> Tensor:
-        return self.weight
+        return self._on_side("output", "weight", self.weight)
 
     def embedding_matrix(self) -> Tensor:
         return self.weight

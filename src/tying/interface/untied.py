@@ -48,13 +48,13 @@ class Untied(TokenInterface):
 
     def embed(self, input_ids: Tensor) -> Tensor:
         self._check_ids(input_ids)
-        return F.embedding(input_ids, self.weight_in)
+        return F.embedding(input_ids, self._on_side("input", "weight_in", self.weight_in))
 
     def _head_input(self, hidden: Tensor) -> Tensor:
         return hidden
 
     def _head_weight(self) -> Tensor:
-        return self.weight_out
+        return self._on_side("output", "weight_out", self.weight_out)
 
     def embedding_matrix(self) -> Tensor:
         return self.weight_in

@@ -1,0 +1,123 @@
+"""From a `TrainConfig` to the things a run needs: tokenizer, shards, sampler, model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tying.config import ConfigError
+from tying.data.batches import WindowSampler
+from tying.data.shards import TokenStore, ensure_shards, open_shards
+from tying.data.tokenizer import TextTokenizer, load_tokenizer
+from tying.paths import cache_dir, gutenberg_train, gutenberg_validation
+from tying.train.config import TrainConfig
+from tying.train.distributed import DistInfo, barrier
+
+
+@dataclass
+class TrainingSetup:
+    """Everything `train` consumes besides the config.
+
+    Attributes:
+        model: a causal LM with `.interface` and `forward(inputs, targets) -> loss`.
+        tokenizer: the tokenizer the shards were made with.
+        sampler: training batches (this rank's micro-batches).
+        val_store: held-out tokens, or None.
+        make_tracker: builds a gradient-path tracker for the model's interface.
+    """
+
+    model: nn.Module
+    tokenizer: TextTokenizer
+    sampler: WindowSampler
+    val_store: TokenStore | None
+    make_tracker: Callable[[Any], Any]
+
+
+def build_model(cfg: TrainConfig, vocab_size: int) -> nn.Module:
+    """The model of a run: a decoder preset (scratch) or a converted HF model (teacher)."""
+    if cfg.model is not None:
+        from tying.hf import HFCausalLM, convert, load
+
+        hf_model, _ = load(cfg.model)
+        options: dict[str, Any] = {}
+        if cfg.tie == "pit":
+            options = {"t_init": cfg.t_init, "trainable_z": cfg.pit_trainable_z}
+        elif cfg.tie == "tt" and cfg.input_grad_scale != 1.0:
+            options = {"input_grad_scale": cfg.input_grad_scale}
+        convert(hf_model, tie=cfg.tie, **options)
+        return HFCausalLM(hf_model)
+    from tying.model.decoder import Decoder
+    from tying.model.presets import preset_config
+
+    model_cfg = preset_config(
+        cfg.preset,
+        vocab_size=vocab_size,
+        tie=cfg.tie,
+        norm=cfg.norm,
+        max_seq_len=max(cfg.seq_len, 1024),
+        input_grad_scale=cfg.input_grad_scale,
+        pit_trainable_z=cfg.pit_trainable_z,
+        pit_diag_activation=cfg.pit_diag_activation,
+    )
+    return Decoder(model_cfg, generator=torch.Generator().manual_seed(cfg.seed))
+
+
+def _shards(
+    source: str | Path,
+    tokenizer: TextTokenizer,
+    info: DistInfo,
+    max_documents: int | None,
+    progress: bool,
+) -> Path:
+    """Token shards of `source` (built once by rank 0, cached, reused by later runs)."""
+    root = cache_dir() / "shards"
+    if info.is_main:
+        folder = ensure_shards(
+            source, root, tokenizer, max_documents=max_documents, progress=progress
+        )
+    barrier(info)
+    if not info.is_main:
+        folder = ensure_shards(source, root, tokenizer, max_documents=max_documents, progress=False)
+    return folder
+
+
+def build_setup(cfg: TrainConfig, info: DistInfo) -> TrainingSetup:
+    """Tokenizer, shards, sampler and model of a run (deterministic given cfg.seed)."""
+    tokenizer = load_tokenizer(cfg.model if cfg.model is not None else cfg.tokenizer)
+    model = build_model(cfg, tokenizer.vocab_size)
+    vocab = model.interface.vocab_size
+    if tokenizer.vocab_size > vocab:
+        raise ConfigError(
+            f"tokenizer {tokenizer.name!r} has {tokenizer.vocab_size} tokens but the model's vocabulary "
+            f"is V={vocab}: ids >= {vocab} would be out of range; use the model's own tokenizer"
+        )
+    source = cfg.data if cfg.data is not None else gutenberg_train()
+    train_folder = _shards(source, tokenizer, info, cfg.max_documents, cfg.progress)
+    store = open_shards(train_folder, expected_vocab_size=tokenizer.vocab_size)
+    micro = cfg.micro_batch_size
+    sampler = WindowSampler(
+        store, cfg.seq_len, micro, seed=cfg.seed, rank=info.rank, world_size=info.world_size
+    )
+    val_store = None
+    val_source = cfg.val_data if cfg.val_data is not None else gutenberg_validation()
+    if val_source != "":
+        val_folder = _shards(val_source, tokenizer, info, None, cfg.progress)
+        val_store = open_shards(val_folder, expected_vocab_size=tokenizer.vocab_size)
+    return TrainingSetup(
+        model=model,
+        tokenizer=tokenizer,
+        sampler=sampler,
+        val_store=val_store,
+        make_tracker=_make_tracker,
+    )
+
+
+def _make_tracker(interface: Any) -> Any:
+    from tying.analysis.gradient_paths import GradientPathTracker
+
+    return GradientPathTracker(interface)

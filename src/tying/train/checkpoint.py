@@ -1,0 +1,148 @@
+"""Checkpoints: safetensors weights, optimizer and trainer state, written atomically.
+
+Layout of one checkpoint, a folder `checkpoints/step-0000100/`:
+
+    model.safetensors   model weights (for PIT: the interface's z and l_param only)
+    optimizer.pt        optimizer state (tensors and numbers; loaded with weights_only=True)
+    rng.safetensors     torch CPU (and CUDA) random generator states
+    trainer.json        step, tokens, data-sampler position, elapsed time
+
+The folder is written as `.step-0000100.tmp`, every file is fsynced, then it
+is renamed into place and `checkpoints/latest` is replaced atomically: a
+process killed at any moment leaves either the previous checkpoint or the new
+one, never a partial one that loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+CHECKPOINT_DIR = "checkpoints"
+LATEST = "latest"
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def step_dir_name(step: int) -> str:
+    """`step-0000100` for step 100."""
+    return f"step-{step:07d}"
+
+
+def save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """safetensors file of contiguous CPU copies (shared storages are written separately)."""
+    save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, str(path))
+
+
+def save_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    model_state: dict[str, torch.Tensor],
+    optimizer_state: dict[str, Any],
+    trainer_state: dict[str, Any],
+    keep_last: int = 2,
+) -> Path:
+    """Write checkpoint `step` atomically under `run_dir/checkpoints`; keep the newest `keep_last`."""
+    root = Path(run_dir) / CHECKPOINT_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / step_dir_name(step)
+    tmp = root / f".{step_dir_name(step)}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    save_tensors(model_state, tmp / "model.safetensors")
+    torch.save(optimizer_state, tmp / "optimizer.pt")
+    rng = {"torch_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, state in enumerate(torch.cuda.get_rng_state_all()):
+            rng[f"torch_cuda_{i}"] = state
+    save_file(rng, str(tmp / "rng.safetensors"))
+    (tmp / "trainer.json").write_text(json.dumps({"step": step, **trainer_state}, indent=2))
+    for f in tmp.iterdir():
+        _fsync_file(f)
+    _fsync_dir(tmp)
+    if final.exists():
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    latest_tmp = root / f".{LATEST}.tmp"
+    latest_tmp.write_text(final.name + "\n")
+    _fsync_file(latest_tmp)
+    os.replace(latest_tmp, root / LATEST)
+    _fsync_dir(root)
+    for old in list_checkpoints(run_dir)[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    root = Path(run_dir) / CHECKPOINT_DIR
+    if not root.is_dir():
+        return []
+    found = [p for p in root.glob("step-*") if p.is_dir() and (p / "trainer.json").is_file()]
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint of a run (by the `latest` pointer, else by name), or None."""
+    root = Path(run_dir) / CHECKPOINT_DIR
+    pointer = root / LATEST
+    if pointer.is_file():
+        candidate = root / pointer.read_text().strip()
+        if (candidate / "trainer.json").is_file():
+            return candidate
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint folder from a checkpoint folder, a run folder, or a `checkpoints/` folder."""
+    p = Path(path)
+    if (p / "trainer.json").is_file():
+        return p
+    run_dir = p.parent if p.name == CHECKPOINT_DIR else p
+    found = latest_checkpoint(run_dir)
+    if found is not None:
+        return found
+    raise FileNotFoundError(
+        f"no checkpoint found at {p}: expected a run folder with checkpoints/step-*/ "
+        "or a checkpoint folder holding trainer.json"
+    )
+
+
+def load_checkpoint(
+    path: str | Path,
+) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
+    """(model_state, optimizer_state, trainer_state) of a checkpoint folder; restores no RNG."""
+    p = resolve_checkpoint(path)
+    model_state = load_file(str(p / "model.safetensors"))
+    optimizer_state = torch.load(p / "optimizer.pt", weights_only=True, map_location="cpu")
+    trainer_state = json.loads((p / "trainer.json").read_text())
+    return model_state, optimizer_state, trainer_state
+
+
+def restore_rng(path: str | Path) -> None:
+    """Restore the torch random generator states saved with a checkpoint."""
+    rng = load_file(str(resolve_checkpoint(path) / "rng.safetensors"))
+    torch.set_rng_state(rng["torch_cpu"])
+    if torch.cuda.is_available():
+        states = [rng[k] for k in sorted(rng) if k.startswith("torch_cuda_")]
+        if states:
+            torch.cuda.set_rng_state_all(states)

@@ -1,0 +1,317 @@
+"""The training loop of `tying train`, in clearly marked sections.
+
+setup      -> process group, run folder, config.yaml, resume point
+data       -> tokenizer, token shards (cached), window sampler, validation store
+model      -> decoder preset (scratch) or converted Hugging Face model (teacher)
+optimizer  -> AdamW (+ PIT retraction hook), warm-up + cosine learning rate
+loop       -> micro-batches (gradient accumulation), clipping, step, metrics,
+              validation, checkpoints; a non-finite loss stops the run before
+              the weights are touched, keeping the last good checkpoint
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tying.config import ConfigError, save_config, to_dict
+from tying.train import checkpoint as ckpt
+from tying.train.build import TrainingSetup, build_setup
+from tying.train.config import TrainConfig
+from tying.train.distributed import (
+    DistInfo,
+    all_reduce_mean,
+    cleanup,
+    init_distributed,
+    unwrap,
+    wrap_model,
+)
+from tying.train.evaluate import evaluate
+from tying.train.metrics import MetricsLogger
+from tying.train.schedule import learning_rate
+
+
+class DivergenceError(RuntimeError):
+    """The loss became NaN or Inf; the run stopped before applying that step."""
+
+
+@dataclass
+class TrainResult:
+    """What a finished run reports."""
+
+    run_dir: Path
+    steps: int
+    tokens: int
+    final_loss: float
+    val_loss: float | None
+    elapsed_s: float
+
+
+def autocast_context(cfg: TrainConfig, device: torch.device):
+    """bf16 autocast on the run's device, or nothing for fp32."""
+    if cfg.precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups: decay matrices of the blocks and plain V×d interface matrices.
+
+    No decay on norms/gains (1-D), nor on PIT's memory Z and Cholesky factor
+    (decay would pull Z off the Stiefel manifold and T towards 0).
+    """
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        leaf = name.rsplit(".", 1)[-1]
+        if p.dim() >= 2 and leaf not in ("z", "l_param"):
+            decay.append(p)
+        else:
+            no_decay.append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def _prepare_run_dir(cfg: TrainConfig, info: DistInfo) -> tuple[Path, Path | None]:
+    run_dir = Path(cfg.out_dir)
+    resume_from = ckpt.latest_checkpoint(run_dir) if cfg.resume else None
+    if not cfg.resume and ckpt.list_checkpoints(run_dir):
+        raise ConfigError(
+            f"{run_dir} already holds checkpoints of a run: pass resume=true to continue it, "
+            "or choose another out_dir (nothing was overwritten)"
+        )
+    if info.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, run_dir / "config.yaml")
+    return run_dir, resume_from
+
+
+def _model_state(model: nn.Module, info: DistInfo) -> dict[str, torch.Tensor]:
+    """Full (unsharded) model state on CPU; a collective under FSDP."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
+
+
+def _optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    return get_optimizer_state_dict(
+        model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
+
+
+def _load_states(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> dict[str, Any]:
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    model_state, optim_state, trainer_state = ckpt.load_checkpoint(path)
+    options = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(model, model_state, options=options)
+    set_optimizer_state_dict(model, optimizer, optim_state, options=options)
+    ckpt.restore_rng(path)
+    return trainer_state
+
+
+def train(cfg: TrainConfig, setup: TrainingSetup | None = None) -> TrainResult:
+    """Run (or resume) one training run as configured; returns its summary.
+
+    Raises:
+        DivergenceError: the loss became non-finite (the last good checkpoint is kept).
+        ConfigError: inconsistent settings (batch sizes, existing run folder, ...).
+    """
+    # ------------------------------------------------------------------ setup
+    info = init_distributed()
+    try:
+        return _train(cfg, info, setup)
+    finally:
+        cleanup(info)
+
+
+def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> TrainResult:
+    accum = cfg.grad_accum_steps(info.world_size)
+    run_dir, resume_from = _prepare_run_dir(cfg, info)
+
+    # ------------------------------------------------------------------ data + model
+    torch.manual_seed(cfg.seed)
+    setup = setup or build_setup(cfg, info)
+    model = setup.model.to(info.device)
+    interface = unwrap(model).interface
+    sampler = setup.sampler
+
+    # ------------------------------------------------------------------ optimizer
+    wrapped = wrap_model(model, info, cfg.distributed)
+    optimizer = torch.optim.AdamW(
+        param_groups(unwrap(wrapped), cfg.weight_decay),
+        lr=cfg.lr,
+        betas=(cfg.beta1, cfg.beta2),
+        fused=False,
+    )
+    if getattr(interface, "trainable_z", False):
+        interface.attach_retraction(optimizer)
+    step_model = torch.compile(wrapped) if cfg.compile else wrapped
+
+    start_step, tokens_seen, elapsed_before = 0, 0, 0.0
+    if resume_from is not None:
+        state = _load_states(unwrap(wrapped), optimizer, resume_from)
+        start_step, tokens_seen = state["step"], state["tokens"]
+        elapsed_before = state.get("elapsed_s", 0.0)
+        sampler.load_state_dict(state["sampler"])
+    logger = (
+        MetricsLogger(
+            run_dir, resume_step=start_step if resume_from else None, tensorboard=cfg.tensorboard
+        )
+        if info.is_main
+        else None
+    )
+    tracker = setup.make_tracker(interface) if cfg.track_gradient_paths else None
+
+    def save(step: int) -> None:
+        model_state = _model_state(unwrap(wrapped), info)
+        optim_state = _optimizer_state(unwrap(wrapped), optimizer)
+        if info.is_main:
+            trainer_state = {
+                "tokens": tokens_seen,
+                "elapsed_s": elapsed_before + (time.perf_counter() - t_start),
+                "sampler": sampler.state_dict(),
+                "config": to_dict(cfg),
+            }
+            path = ckpt.save_checkpoint(
+                run_dir, step, model_state, optim_state, trainer_state, cfg.keep_last
+            )
+            save_config(cfg, path / "config.yaml")
+
+    def validate(step: int) -> float | None:
+        if setup.val_store is None:
+            return None
+        result = evaluate(
+            step_model,
+            setup.val_store,
+            seq_len=cfg.seq_len,
+            batch_size=cfg.micro_batch_size,
+            max_tokens=cfg.eval_tokens,
+            autocast=lambda: autocast_context(cfg, info.device),
+            device=info.device,
+        )
+        if logger is not None:
+            logger.log(
+                {
+                    "step": step,
+                    "tokens": tokens_seen,
+                    "val_loss": result["loss"],
+                    "val_ppl": result["ppl"],
+                }
+            )
+        return result["loss"]
+
+    # ------------------------------------------------------------------ loop
+    progress = None
+    if info.is_main and cfg.progress:
+        from tqdm.auto import tqdm
+
+        progress = tqdm(
+            total=cfg.max_steps, initial=start_step, desc=f"train {cfg.tie}", unit="step"
+        )
+    t_start = time.perf_counter()
+    last_loss, val_loss = float("nan"), None
+    step = start_step
+    try:
+        for step in range(start_step + 1, cfg.max_steps + 1):
+            t0 = time.perf_counter()
+            lr = learning_rate(
+                step,
+                lr=cfg.lr,
+                warmup_steps=cfg.warmup_steps,
+                max_steps=cfg.max_steps,
+                min_lr_ratio=cfg.min_lr_ratio,
+            )
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            if tracker is not None:
+                tracker.start_step()
+            loss_sum = torch.zeros((), device=info.device)
+            for micro in range(accum):
+                inputs, targets = sampler.next_batch()
+                inputs, targets = inputs.to(info.device), targets.to(info.device)
+                sync = micro == accum - 1 or not (info.enabled and cfg.distributed == "ddp")
+                with (
+                    nullcontext() if sync else wrapped.no_sync(),
+                    autocast_context(cfg, info.device),
+                ):
+                    loss = step_model(inputs, targets)
+                (loss / accum).backward()
+                loss_sum += loss.detach().float()
+            step_loss = float(all_reduce_mean(loss_sum / accum, info))
+            if not math.isfinite(step_loss):
+                optimizer.zero_grad(set_to_none=True)
+                last = ckpt.latest_checkpoint(run_dir)
+                if logger is not None:
+                    logger.log({"step": step, "event": "diverged", "loss": step_loss})
+                raise DivergenceError(
+                    f"the loss became {step_loss} at step {step}; the weights were not updated. "
+                    + (
+                        f"Last good checkpoint: {last}."
+                        if last
+                        else "No checkpoint was written yet."
+                    )
+                    + " Lower lr, raise warmup_steps, or use precision=fp32, then resume=true."
+                )
+            extra = tracker.finish_step() if tracker is not None else {}
+            max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
+            grad_norm = float(
+                torch.nn.utils.clip_grad_norm_(unwrap(wrapped).parameters(), max_norm)
+            )
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            tokens_seen += cfg.global_batch_tokens
+            dt = time.perf_counter() - t0
+            last_loss = step_loss
+            if logger is not None:
+                logger.log(
+                    {
+                        "step": step,
+                        "tokens": tokens_seen,
+                        "loss": step_loss,
+                        "lr": lr,
+                        "grad_norm": grad_norm,
+                        "tokens_per_s": cfg.global_batch_tokens / dt,
+                        "elapsed_s": elapsed_before + time.perf_counter() - t_start,
+                        **extra,
+                    }
+                )
+            if progress is not None:
+                progress.update(1)
+                progress.set_postfix(loss=f"{step_loss:.3f}", lr=f"{lr:.2e}")
+            final = step == cfg.max_steps
+            if (cfg.eval_every and step % cfg.eval_every == 0) or final:
+                val_loss = validate(step)
+            if (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or final:
+                save(step)
+    finally:
+        if progress is not None:
+            progress.close()
+        if logger is not None:
+            logger.close()
+    return TrainResult(
+        run_dir=run_dir,
+        steps=step,
+        tokens=tokens_seen,
+        final_loss=last_loss,
+        val_loss=val_loss,
+        elapsed_s=elapsed_before + time.perf_counter() - t_start,
+    )

@@ -1,0 +1,73 @@
+"""metrics.jsonl, the source of truth of a run; TensorBoard mirrors it."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """All rows of a run's metrics.jsonl (a torn last line from a kill is skipped)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: is {run_dir} a training run folder?")
+    rows = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+class MetricsLogger:
+    """Appends one JSON object per line to `run_dir/metrics.jsonl` (and TensorBoard scalars).
+
+    Args:
+        run_dir: the run folder.
+        resume_step: when resuming, rows of steps after this one (written by the
+            killed run after its last checkpoint) are dropped, so that the file
+            again describes one run.
+        tensorboard: also write TensorBoard event files under run_dir/tensorboard.
+    """
+
+    def __init__(
+        self, run_dir: str | Path, resume_step: int | None = None, tensorboard: bool = True
+    ) -> None:
+        self.path = Path(run_dir) / METRICS_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_step is not None and self.path.exists():
+            kept = [r for r in read_metrics(run_dir) if r.get("step", 0) <= resume_step]
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        elif resume_step is None:
+            self.path.write_text("")
+        self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 (closed by close())
+        self._writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+
+    def log(self, row: dict[str, Any]) -> None:
+        """Write one row (must contain `step`); numbers also go to TensorBoard."""
+        clean = {
+            k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+            for k, v in row.items()
+        }
+        self._file.write(json.dumps(clean) + "\n")
+        self._file.flush()
+        if self._writer is not None:
+            for key, value in row.items():
+                if key != "step" and isinstance(value, int | float) and not isinstance(value, bool):
+                    self._writer.add_scalar(key, value, row["step"])
+
+    def close(self) -> None:
+        self._file.close()
+        if self._writer is not None:
+            self._writer.close()

@@ -1,0 +1,74 @@
+"""Config system: YAML + overrides, unknown keys with suggestions, type checks."""
+
+import pytest
+
+from tying.config import ConfigError, load_config, parse_overrides, save_config
+from tying.train.config import TrainConfig
+
+
+def test_defaults_train_tiny_tt() -> None:
+    cfg = load_config(TrainConfig)
+    assert cfg.preset == "tiny" and cfg.tie == "tt" and cfg.data is None
+
+
+def test_yaml_then_overrides(tmp_path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text("tie: pit\nlr: 0.001\nmax_steps: 10\n")
+    cfg = load_config(TrainConfig, path, ["lr=3e-4", "precision=fp32", "resume=true", "model=null"])
+    assert cfg.tie == "pit" and cfg.lr == 3e-4 and cfg.max_steps == 10
+    assert cfg.precision == "fp32" and cfg.resume is True and cfg.model is None
+
+
+def test_unknown_key_names_the_nearest() -> None:
+    with pytest.raises(ConfigError, match="unknown key 'max_step'.*'max_steps'"):
+        load_config(TrainConfig, None, ["max_step=5"])
+
+
+def test_unknown_key_in_file(tmp_path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text("learning_rate: 0.1\n")
+    with pytest.raises(ConfigError, match="learning_rate"):
+        load_config(TrainConfig, path)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("max_steps=abc", "integer"),
+        ("max_steps=1.5", "integer"),
+        ("lr=fast", "number"),
+        ("resume=maybe", "true or false"),
+        ("tie=shared", "tie must be one of"),
+        ("precision=fp16", "precision must be one of"),
+        ("max_steps=0", ">= 1"),
+    ],
+)
+def test_bad_values(override, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(TrainConfig, None, [override])
+
+
+def test_override_syntax() -> None:
+    assert parse_overrides(["a=1", "b=x=y", "c="]) == {"a": 1, "b": "x=y", "c": None}
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_overrides(["novalue"])
+
+
+def test_missing_file() -> None:
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_config(TrainConfig, "/nonexistent/run.yaml")
+
+
+def test_round_trip(tmp_path) -> None:
+    cfg = load_config(TrainConfig, None, ["tie=untied", "seed=3"])
+    save_config(cfg, tmp_path / "c.yaml")
+    assert load_config(TrainConfig, tmp_path / "c.yaml") == cfg
+
+
+def test_grad_accumulation_must_divide() -> None:
+    cfg = load_config(
+        TrainConfig, None, ["seq_len=64", "micro_batch_size=4", "global_batch_tokens=1024"]
+    )
+    assert cfg.grad_accum_steps(1) == 4 and cfg.grad_accum_steps(2) == 2
+    with pytest.raises(ConfigError, match="not a multiple"):
+        cfg.grad_accum_steps(3)
