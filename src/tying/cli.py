@@ -20,6 +20,7 @@ VERBS: dict[str, str] = {
     "info": "tying.commands.info",
     "train": "tying.commands.train",
     "eval": "tying.commands.eval",
+    "tokenize": "tying.commands.tokenize",
 }
 
 

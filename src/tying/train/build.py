@@ -12,9 +12,10 @@ from torch import nn
 
 from tying.config import ConfigError
 from tying.data.batches import WindowSampler
+from tying.data.corpus import default_train_source, default_validation_source
 from tying.data.shards import TokenStore, ensure_shards, open_shards
 from tying.data.tokenizer import TextTokenizer, load_tokenizer
-from tying.paths import cache_dir, gutenberg_train, gutenberg_validation
+from tying.paths import cache_dir
 from tying.train.config import TrainConfig
 from tying.train.distributed import DistInfo, barrier
 
@@ -96,18 +97,18 @@ def build_setup(cfg: TrainConfig, info: DistInfo) -> TrainingSetup:
             f"tokenizer {tokenizer.name!r} has {tokenizer.vocab_size} tokens but the model's vocabulary "
             f"is V={vocab}: ids >= {vocab} would be out of range; use the model's own tokenizer"
         )
-    source = cfg.data if cfg.data is not None else gutenberg_train()
+    source = cfg.data if cfg.data is not None else default_train_source()
     train_folder = _shards(source, tokenizer, info, cfg.max_documents, cfg.progress)
-    store = open_shards(train_folder, expected_vocab_size=tokenizer.vocab_size)
+    store = open_shards(train_folder, expected_vocab_size=vocab, allow_padded_vocab=True)
     micro = cfg.micro_batch_size
     sampler = WindowSampler(
         store, cfg.seq_len, micro, seed=cfg.seed, rank=info.rank, world_size=info.world_size
     )
     val_store = None
-    val_source = cfg.val_data if cfg.val_data is not None else gutenberg_validation()
+    val_source = cfg.val_data if cfg.val_data is not None else default_validation_source()
     if val_source != "":
         val_folder = _shards(val_source, tokenizer, info, None, cfg.progress)
-        val_store = open_shards(val_folder, expected_vocab_size=tokenizer.vocab_size)
+        val_store = open_shards(val_folder, expected_vocab_size=vocab, allow_padded_vocab=True)
     return TrainingSetup(
         model=model,
         tokenizer=tokenizer,

@@ -9,7 +9,6 @@ import torch
 from torch import nn
 
 from tying.config import from_dict
-from tying.paths import gutenberg_validation
 from tying.train import checkpoint as ckpt
 from tying.train.config import TrainConfig
 
@@ -36,16 +35,18 @@ def evaluate_checkpoint(
     batch_size: int | None = None,
 ) -> dict[str, Any]:
     """Loss (nats/token), perplexity and token count of a checkpoint on a text."""
+    from tying.data.corpus import default_validation_source
     from tying.data.shards import ensure_shards, open_shards
     from tying.paths import cache_dir
     from tying.train.evaluate import evaluate
     from tying.train.loop import autocast_context
 
     model, tokenizer, cfg, folder = load_trained(path)
-    source = data if data is not None else str(gutenberg_validation())
+    source = data if data is not None else str(default_validation_source())
     store = open_shards(
         ensure_shards(source, cache_dir() / "shards", tokenizer, progress=False),
-        expected_vocab_size=tokenizer.vocab_size,
+        expected_vocab_size=model.interface.vocab_size,
+        allow_padded_vocab=True,
     )
     result = evaluate(
         model,

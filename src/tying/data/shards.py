@@ -1,0 +1,647 @@
+"""Token shards: a corpus tokenized once into flat memmap files plus a manifest.
+
+Layout of a shard folder::
+
+    shard-00000.bin   raw token ids, little-endian uint16 (V <= 65,536) or uint32, no header
+    shard-00001.bin   ...
+    manifest.json     what the shards hold (see `Manifest`), written last
+
+The shards concatenated are one token stream: every document's tokens followed by the EOS id,
+documents in `iter_documents` order; a document may span two shards. A build writes each shard
+to ``*.tmp`` and renames it when complete, and writes the manifest last (again via a temporary
+file and ``os.replace``), so a killed build never looks complete.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tying.data.readers import Source, SourceInfo, describe_source, iter_documents
+from tying.data.tokenizer import TextTokenizer, load_tokenizer
+
+#: Version of the shard layout and manifest; a cache built with another version is rebuilt.
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+#: Default tokens per shard file (2^26 = 64 Mi tokens: 128 MiB as uint16).
+DEFAULT_SHARD_TOKENS = 2**26
+#: A batch of documents is also cut when it holds this many characters.
+_BATCH_CHARS = 8 * 2**20
+#: Tokens per chunk when scanning a shard for its largest id.
+_SCAN_CHUNK = 2**24
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 when every id fits (V <= 65,536), else uint32 (little-endian)."""
+    if vocab_size <= 2**16:
+        return np.dtype("<u2")
+    if vocab_size <= 2**32:
+        return np.dtype("<u4")
+    raise ValueError(f"vocab_size {vocab_size} does not fit in uint32 token shards")
+
+
+# --------------------------------------------------------------------------- manifest
+
+
+@dataclass
+class Manifest:
+    """The contents of ``manifest.json``.
+
+    Attributes:
+        format_version: `FORMAT_VERSION` at build time.
+        tokenizer: ``{"name", "hash", "vocab_size", "eos_id"}`` of the tokenizer used.
+        dtype: numpy dtype string of the shards (``"<u2"`` or ``"<u4"``).
+        shards: ``[{"file", "tokens", "documents", "max_id"}]`` in stream order; ``documents``
+            counts the EOS tokens in the shard, ``max_id`` is its largest token id.
+        num_tokens: total tokens (EOS included) = sum of the shards' ``tokens``.
+        num_documents: documents written (empty documents are skipped).
+        source: a description of the source (paths or ``hf:`` spec).
+        fingerprint: `SourceInfo.fingerprint` of the source at build time.
+        source_files: ``[{"path", "size", "mtime_ns"}]`` of the source files.
+        text_field: the JSON field / column read.
+        max_documents: the document limit of the build, or None for all.
+        created: UTC time of the build (ISO 8601).
+    """
+
+    format_version: int
+    tokenizer: dict[str, Any]
+    dtype: str
+    shards: list[dict[str, Any]]
+    num_tokens: int
+    num_documents: int
+    source: str
+    fingerprint: str
+    source_files: list[dict[str, Any]] = field(default_factory=list)
+    text_field: str = "text"
+    max_documents: int | None = None
+    created: str = ""
+
+    @property
+    def vocab_size(self) -> int:
+        """V of the tokenizer the shards were made with."""
+        return int(self.tokenizer["vocab_size"])
+
+    @property
+    def eos_id(self) -> int:
+        """The end-of-document id written after every document."""
+        return int(self.tokenizer["eos_id"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Manifest:
+        return cls(**data)
+
+    def save(self, folder: str | Path) -> Path:
+        """Write ``folder/manifest.json`` atomically (temporary file, fsync, ``os.replace``)."""
+        path = Path(folder) / MANIFEST_NAME
+        _atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, folder: str | Path) -> Manifest:
+        """Read ``folder/manifest.json``.
+
+        Raises:
+            FileNotFoundError: there is no manifest (no build, or a build that did not finish).
+            ValueError: the manifest is unreadable or from another format version.
+        """
+        path = Path(folder) / MANIFEST_NAME
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"no {MANIFEST_NAME} in {folder}: not a token shard folder, or its build did not "
+                "finish; build it with tying.data.build_shards / ensure_shards "
+                "(CLI: `tying tokenize`)"
+            )
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            manifest = cls.from_dict(data)
+        except (json.JSONDecodeError, TypeError) as e:
+            raise ValueError(
+                f"{path} is not a valid shard manifest ({e}); rebuild the shards"
+            ) from e
+        if manifest.format_version != FORMAT_VERSION:
+            raise ValueError(
+                f"{path} has format version {manifest.format_version}, this code reads "
+                f"{FORMAT_VERSION}; rebuild the shards"
+            )
+        return manifest
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def shard_name(index: int) -> str:
+    """File name of shard `index`: ``shard-00000.bin``."""
+    return f"shard-{index:05d}.bin"
+
+
+class _ShardWriter:
+    """Appends token arrays to ``shard-NNNNN.bin`` files of at most `shard_tokens` tokens."""
+
+    def __init__(self, folder: Path, dtype: np.dtype, shard_tokens: int, eos_id: int) -> None:
+        self.folder = folder
+        self.dtype = dtype
+        self.shard_tokens = shard_tokens
+        self.eos_id = eos_id
+        self.shards: list[dict[str, Any]] = []
+        self._file = None
+        self._tokens = self._documents = self._max = 0
+
+    def _open(self) -> None:
+        name = shard_name(len(self.shards))
+        self._tmp = self.folder / f"{name}.tmp"
+        self._file = open(self._tmp, "wb")  # noqa: SIM115 (closed in _finish)
+        self._tokens = self._documents = self._max = 0
+
+    def _finish(self) -> None:
+        if self._file is None:
+            return
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        self._file = None
+        name = shard_name(len(self.shards))
+        os.replace(self._tmp, self.folder / name)
+        self.shards.append(
+            {
+                "file": name,
+                "tokens": self._tokens,
+                "documents": self._documents,
+                "max_id": self._max,
+            }
+        )
+
+    def write(self, tokens: np.ndarray) -> None:
+        while tokens.size:
+            if self._file is None:
+                self._open()
+            take = tokens[: self.shard_tokens - self._tokens]
+            self._file.write(take.astype(self.dtype, copy=False).tobytes())
+            self._tokens += int(take.size)
+            self._documents += int(np.count_nonzero(take == self.eos_id))
+            self._max = max(self._max, int(take.max()))
+            tokens = tokens[take.size :]
+            if self._tokens == self.shard_tokens:
+                self._finish()
+
+    def close(self) -> list[dict[str, Any]]:
+        self._finish()
+        return self.shards
+
+    def abort(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+            with contextlib.suppress(OSError):
+                os.remove(self._tmp)
+
+
+def _document_batches(
+    documents: Iterator[str], batch_docs: int, max_documents: int | None
+) -> Iterator[list[str]]:
+    batch: list[str] = []
+    chars = count = 0
+    for text in documents:
+        if not text:
+            continue
+        if max_documents is not None and count >= max_documents:
+            break
+        batch.append(text)
+        chars += len(text)
+        count += 1
+        if len(batch) >= batch_docs or chars >= _BATCH_CHARS:
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch
+
+
+def _join_with_eos(ids: list[list[int]], eos_id: int) -> np.ndarray:
+    """One int64 array: doc_0, EOS, doc_1, EOS, ... (empty encodings are dropped)."""
+    eos = np.array([eos_id], dtype=np.int64)
+    parts: list[np.ndarray] = []
+    for doc in ids:
+        if doc:
+            parts.append(np.asarray(doc, dtype=np.int64))
+            parts.append(eos)
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+
+def _clear_build(folder: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(folder / MANIFEST_NAME)
+    for path in folder.glob("shard-*.bin*"):
+        path.unlink()
+
+
+def build_shards(
+    source: Source,
+    out_dir: str | Path,
+    tokenizer: TextTokenizer | str | None = None,
+    *,
+    text_field: str = "text",
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    batch_docs: int = 256,
+    max_documents: int | None = None,
+    progress: bool = True,
+) -> Manifest:
+    """Tokenize every document of `source` into token shards in `out_dir`.
+
+    Documents are read in order, encoded `batch_docs` at a time with the tokenizer's thread-
+    parallel ``encode_batch`` (the next batch is read while one is encoded), each followed by EOS,
+    and appended to shards of `shard_tokens` tokens (the last one shorter). Any previous manifest
+    and shards in `out_dir` are removed first.
+
+    Args:
+        source: paths/directories/globs or a ``hf:`` spec (see `tying.data.readers`).
+        out_dir: the shard folder (created).
+        tokenizer: a `TextTokenizer` or a `load_tokenizer` spec (default GPT-2).
+        text_field: JSON field / column holding the text.
+        shard_tokens: tokens per shard file.
+        batch_docs: documents per encode batch.
+        max_documents: stop after this many (non-empty) documents; None reads all.
+        progress: show a tqdm bar (tokens, tokens/s) on stderr.
+
+    Returns:
+        The `Manifest` written to ``out_dir/manifest.json``.
+
+    Raises:
+        FileNotFoundError: the source matches no files.
+        ValueError: the source holds no non-empty document, or bad arguments.
+    """
+    from tqdm.auto import tqdm
+
+    if shard_tokens < 1 or batch_docs < 1:
+        raise ValueError(
+            f"shard_tokens and batch_docs must be >= 1, got {shard_tokens}, {batch_docs}"
+        )
+    if max_documents is not None and max_documents < 1:
+        raise ValueError(f"max_documents must be >= 1 or None, got {max_documents}")
+    tok = load_tokenizer(tokenizer)
+    info: SourceInfo = describe_source(source, text_field)  # raises early for a missing path
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    _clear_build(folder)
+    dtype = token_dtype(tok.vocab_size)
+    writer = _ShardWriter(folder, dtype, shard_tokens, tok.eos_id)
+    documents = 0
+    label = Path(info.description.split(", ")[0]).name[:40]
+    bar = tqdm(
+        desc=f"tokenize {label}",
+        unit="tok",
+        unit_scale=True,
+        disable=not progress,
+        dynamic_ncols=True,
+    )
+    batches = _document_batches(iter_documents(source, text_field), batch_docs, max_documents)
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending = None
+            for batch in batches:
+                future = pool.submit(tok.encode_batch, batch)  # encodes while we read on
+                if pending is not None:
+                    documents += _write_encoded(writer, pending.result(), tok, bar, documents)
+                pending = future
+            if pending is not None:
+                documents += _write_encoded(writer, pending.result(), tok, bar, documents)
+        shards = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        bar.close()
+    if documents == 0:
+        raise ValueError(f"source {info.description} holds no non-empty document")
+    manifest = Manifest(
+        format_version=FORMAT_VERSION,
+        tokenizer={
+            "name": tok.name,
+            "hash": tok.hash,
+            "vocab_size": tok.vocab_size,
+            "eos_id": tok.eos_id,
+        },
+        dtype=dtype.str,
+        shards=shards,
+        num_tokens=sum(s["tokens"] for s in shards),
+        num_documents=documents,
+        source=info.description,
+        fingerprint=info.fingerprint,
+        source_files=info.files,
+        text_field=text_field,
+        max_documents=max_documents,
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
+    manifest.save(folder)
+    return manifest
+
+
+def _write_encoded(
+    writer: _ShardWriter, ids: list[list[int]], tok: TextTokenizer, bar: Any, done: int
+) -> int:
+    tokens = _join_with_eos(ids, tok.eos_id)
+    if tokens.size and int(tokens.max()) >= tok.vocab_size:  # a tokenizer bug, never data
+        raise ValueError(
+            f"tokenizer {tok.name} produced id {int(tokens.max())} >= its "
+            f"vocab_size {tok.vocab_size}"
+        )
+    writer.write(tokens)
+    written = sum(1 for doc in ids if doc)
+    bar.update(int(tokens.size))
+    bar.set_postfix(docs=done + written, refresh=False)
+    return written
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def _slug(text: str, limit: int = 48) -> str:
+    return re.sub(r"[^A-Za-z0-9._]+", "-", text).strip("-.")[-limit:].strip("-.") or "source"
+
+
+def _source_slug(description: str) -> str:
+    """A readable folder name part: ``gutenberg-train-.jsonl.xz`` or ``HuggingFaceFW-fineweb``."""
+    first = description.split(", ")[0]
+    if first.startswith("hf:"):
+        return _slug(first[3:].split("?")[0])
+    return _slug("-".join(Path(first).parts[-2:]))
+
+
+def cache_key(
+    fingerprint: str, tokenizer_hash: str, max_documents: int | None, text_field: str = "text"
+) -> str:
+    """The 16-hex-digit key of a shard build: source fingerprint × tokenizer × options."""
+    payload = json.dumps([FORMAT_VERSION, fingerprint, tokenizer_hash, max_documents, text_field])
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _is_complete(
+    folder: Path, fingerprint: str, tok: TextTokenizer, max_documents: int | None, text_field: str
+) -> bool:
+    try:
+        manifest = Manifest.load(folder)
+    except (FileNotFoundError, ValueError):
+        return False
+    if (
+        manifest.fingerprint != fingerprint
+        or manifest.tokenizer.get("hash") != tok.hash
+        or manifest.max_documents != max_documents
+        or manifest.text_field != text_field
+    ):
+        return False
+    itemsize = np.dtype(manifest.dtype).itemsize
+    for shard in manifest.shards:
+        path = folder / shard["file"]
+        if not path.is_file() or path.stat().st_size != shard["tokens"] * itemsize:
+            return False
+    return True
+
+
+def ensure_shards(
+    source: Source,
+    cache_root: str | Path | None = None,
+    tokenizer: TextTokenizer | str | None = None,
+    *,
+    text_field: str = "text",
+    max_documents: int | None = None,
+    **build_kwargs: Any,
+) -> Path:
+    """The shard folder of (`source`, `tokenizer`), built only when no complete one exists.
+
+    The folder is ``cache_root/<source-slug>-<tokenizer>-<key>`` with `cache_key` of the source
+    fingerprint (paths, sizes, mtimes), the tokenizer hash and the options, so an edited source or
+    another tokenizer gets a new folder, and a second call returns at once. A build goes to a
+    temporary sibling folder renamed into place at the end, so concurrent callers (e.g. several
+    ranks) never see a half-built folder; still, in a distributed run call it on one rank first.
+
+    Args:
+        source: paths/directories/globs or a ``hf:`` spec.
+        cache_root: parent folder of the caches (default ``tying.paths.cache_dir() / "shards"``).
+        tokenizer: a `TextTokenizer` or a `load_tokenizer` spec (default GPT-2).
+        text_field: JSON field / column holding the text.
+        max_documents: see `build_shards` (part of the key).
+        **build_kwargs: passed to `build_shards` (``shard_tokens``, ``batch_docs``, ``progress``).
+
+    Returns:
+        The folder holding ``manifest.json`` and the shards (open it with `open_shards`).
+    """
+    from tying.paths import cache_dir
+
+    tok = load_tokenizer(tokenizer)
+    info = describe_source(source, text_field)
+    root = Path(cache_root) if cache_root is not None else cache_dir() / "shards"
+    key = cache_key(info.fingerprint, tok.hash, max_documents, text_field)
+    tok_name = Path(tok.name).name if os.sep in tok.name else tok.name
+    folder = root / f"{_source_slug(info.description)}-{_slug(tok_name, 24)}-{key}"
+    if _is_complete(folder, info.fingerprint, tok, max_documents, text_field):
+        return folder
+    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        build_shards(
+            source, tmp, tok, text_field=text_field, max_documents=max_documents, **build_kwargs
+        )
+        if _is_complete(folder, info.fingerprint, tok, max_documents, text_field):
+            return folder  # another process finished first
+        if folder.exists():
+            shutil.rmtree(folder)  # stale or partial
+        try:
+            os.rename(tmp, folder)
+        except OSError:
+            if not _is_complete(folder, info.fingerprint, tok, max_documents, text_field):
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class TokenStore:
+    """Read access to a shard folder: one virtual int64 token array across all shards.
+
+    Use `open_shards` to create one. Shards are memory-mapped read-only; a shard's contents are
+    checked (largest id < V, equal to the manifest's) the first time it is read, or all at once by
+    `verify`.
+
+    Attributes:
+        folder: the shard folder.
+        manifest: its `Manifest`.
+        num_tokens: N, the length of the token stream (EOS included).
+    """
+
+    def __init__(self, folder: Path, manifest: Manifest) -> None:
+        self.folder = folder
+        self.manifest = manifest
+        self.dtype = np.dtype(manifest.dtype)
+        self._shards = [s for s in manifest.shards if s["tokens"] > 0]
+        self._maps: list[np.memmap] = []
+        for shard in self._shards:
+            path = folder / shard["file"]
+            if not path.is_file():
+                raise FileNotFoundError(
+                    f"shard {path} listed in the manifest is missing; rebuild the shards"
+                )
+            size = path.stat().st_size
+            if size != shard["tokens"] * self.dtype.itemsize:
+                raise ValueError(
+                    f"shard {path} has {size} bytes, the manifest expects {shard['tokens']} "
+                    f"tokens × {self.dtype.itemsize} bytes; it was truncated or modified, "
+                    "rebuild the shards"
+                )
+            self._maps.append(np.memmap(path, dtype=self.dtype, mode="r"))
+        counts = [int(s["tokens"]) for s in self._shards]
+        self._starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64).tolist()
+        self.num_tokens = int(self._starts[-1])
+        self._verified = [False] * len(self._shards)
+        for shard in self._shards:
+            if shard["max_id"] >= self.vocab_size:
+                raise ValueError(self._bad_id_message(shard, shard["max_id"]))
+
+    @property
+    def vocab_size(self) -> int:
+        """V of the tokenizer the shards were made with; every id is < V."""
+        return self.manifest.vocab_size
+
+    @property
+    def eos_id(self) -> int:
+        """The end-of-document id."""
+        return self.manifest.eos_id
+
+    def __len__(self) -> int:
+        return self.num_tokens
+
+    def _bad_id_message(self, shard: dict[str, Any], max_id: int) -> str:
+        return (
+            f"shard {self.folder / shard['file']} holds token id {max_id} >= vocab_size "
+            f"{self.vocab_size} of tokenizer {self.manifest.tokenizer.get('name')!r}; the shard is "
+            "corrupt or was made with another tokenizer: rebuild it with the model's tokenizer"
+        )
+
+    def _verify(self, index: int) -> None:
+        if self._verified[index]:
+            return
+        data, shard = self._maps[index], self._shards[index]
+        max_id = max(int(data[i : i + _SCAN_CHUNK].max()) for i in range(0, len(data), _SCAN_CHUNK))
+        if max_id >= self.vocab_size:
+            raise ValueError(self._bad_id_message(shard, max_id))
+        if max_id != shard["max_id"]:
+            raise ValueError(
+                f"shard {self.folder / shard['file']} differs from its manifest (largest id "
+                f"{max_id}, recorded {shard['max_id']}); it was modified: rebuild the shards"
+            )
+        self._verified[index] = True
+
+    def verify(self) -> None:
+        """Scan every shard now (instead of on first read); raises ValueError like reads do."""
+        for index in range(len(self._maps)):
+            self._verify(index)
+
+    def slice(self, start: int, length: int) -> np.ndarray:
+        """Tokens ``[start, start + length)`` of the stream, across shard boundaries.
+
+        Returns:
+            int64 array of shape (length,).
+
+        Raises:
+            IndexError: the range is outside ``[0, num_tokens)``.
+            ValueError: a shard read for the first time holds an id >= V.
+        """
+        start, length = int(start), int(length)
+        if start < 0 or length < 0 or start + length > self.num_tokens:
+            raise IndexError(
+                f"token range [{start}, {start + length}) is outside the store's "
+                f"[0, {self.num_tokens})"
+            )
+        out = np.empty(length, dtype=np.int64)
+        index = bisect.bisect_right(self._starts, start) - 1
+        filled = 0
+        while filled < length:
+            self._verify(index)
+            local = start + filled - self._starts[index]
+            take = min(length - filled, len(self._maps[index]) - local)
+            out[filled : filled + take] = self._maps[index][local : local + take]
+            filled += take
+            index += 1
+        return out
+
+    def __getitem__(self, key: slice) -> np.ndarray:
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError("TokenStore supports store[a:b] slices (step 1) and .slice(start, n)")
+        start, stop, _ = key.indices(self.num_tokens)
+        return self.slice(start, max(stop - start, 0))
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenStore({str(self.folder)!r}, tokens={self.num_tokens:,}, "
+            f"documents={self.manifest.num_documents:,}, V={self.vocab_size})"
+        )
+
+
+def open_shards(
+    folder: str | Path,
+    expected_vocab_size: int | None = None,
+    *,
+    allow_padded_vocab: bool = False,
+    expected_tokenizer_hash: str | None = None,
+) -> TokenStore:
+    """Open a shard folder for reading.
+
+    Args:
+        folder: a folder written by `build_shards` / `ensure_shards`.
+        expected_vocab_size: the model's V; must equal the shards' tokenizer V (or be larger when
+            `allow_padded_vocab`, for embedding tables padded to a multiple of 64 or so).
+        allow_padded_vocab: accept a model V larger than the tokenizer's.
+        expected_tokenizer_hash: if given, the shards' tokenizer hash must equal it.
+
+    Raises:
+        FileNotFoundError: no manifest or a missing shard.
+        ValueError: vocabulary or tokenizer mismatch, a truncated shard, or an id >= V.
+    """
+    folder = Path(folder)
+    manifest = Manifest.load(folder)
+    tok = manifest.tokenizer
+    if expected_vocab_size is not None:
+        ok = expected_vocab_size == manifest.vocab_size or (
+            allow_padded_vocab and expected_vocab_size > manifest.vocab_size
+        )
+        if not ok:
+            raise ValueError(
+                f"vocabulary mismatch: the token shards in {folder} were made with tokenizer "
+                f"{tok.get('name')!r} (vocab_size {manifest.vocab_size}), the model has "
+                f"vocab_size {expected_vocab_size}; use the model's own tokenizer, or re-tokenize "
+                "the corpus with it (ensure_shards(..., tokenizer=...) / `tying tokenize "
+                "--tokenizer ...`)"
+            )
+    if expected_tokenizer_hash is not None and expected_tokenizer_hash != tok.get("hash"):
+        raise ValueError(
+            f"tokenizer mismatch: the token shards in {folder} were made with tokenizer "
+            f"{tok.get('name')!r} (hash {str(tok.get('hash'))[:12]}…), expected hash "
+            f"{expected_tokenizer_hash[:12]}…; re-tokenize the corpus with the model's tokenizer"
+        )
+    return TokenStore(folder, manifest)
