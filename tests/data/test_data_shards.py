@@ -259,7 +259,7 @@ def test_gutenberg_validation_prefix(gpt2, tmp_path):
 
 
 def test_tokenize_command(corpus, tmp_path, capsys):
-    from tying.data import command
+    from tying.commands import tokenize as command
 
     parser = argparse.ArgumentParser()
     command.add_arguments(parser)
