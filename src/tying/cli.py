@@ -21,6 +21,7 @@ VERBS: dict[str, str] = {
     "train": "tying.commands.train",
     "eval": "tying.commands.eval",
     "tokenize": "tying.commands.tokenize",
+    "params": "tying.commands.params",
 }
 
 
