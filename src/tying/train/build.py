@@ -68,6 +68,16 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> nn.Module:
     return Decoder(model_cfg, generator=torch.Generator().manual_seed(cfg.seed))
 
 
+def check_vocabulary(tokenizer_vocab: int, model_vocab: int, tokenizer_name: str) -> None:
+    """Raise unless every id of the tokenizer is a row of the model's interface (V >= tokenizer's)."""
+    if tokenizer_vocab > model_vocab:
+        raise ConfigError(
+            f"tokenizer {tokenizer_name!r} has {tokenizer_vocab} tokens but the model's vocabulary "
+            f"is V={model_vocab}: ids >= {model_vocab} would be out of range; use the model's own "
+            "tokenizer (or a preset built for this tokenizer's vocabulary)"
+        )
+
+
 def _shards(
     source: str | Path,
     tokenizer: TextTokenizer,
@@ -92,11 +102,7 @@ def build_setup(cfg: TrainConfig, info: DistInfo) -> TrainingSetup:
     tokenizer = load_tokenizer(cfg.model if cfg.model is not None else cfg.tokenizer)
     model = build_model(cfg, tokenizer.vocab_size)
     vocab = model.interface.vocab_size
-    if tokenizer.vocab_size > vocab:
-        raise ConfigError(
-            f"tokenizer {tokenizer.name!r} has {tokenizer.vocab_size} tokens but the model's vocabulary "
-            f"is V={vocab}: ids >= {vocab} would be out of range; use the model's own tokenizer"
-        )
+    check_vocabulary(tokenizer.vocab_size, vocab, tokenizer.name)
     source = cfg.data if cfg.data is not None else default_train_source()
     train_folder = _shards(source, tokenizer, info, cfg.max_documents, cfg.progress)
     store = open_shards(train_folder, expected_vocab_size=vocab, allow_padded_vocab=True)

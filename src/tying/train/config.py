@@ -41,6 +41,8 @@ class TrainConfig:
         precision: "bf16" (autocast) or "fp32".
         compile: wrap the model in torch.compile.
         seed: initialisation and data order.
+        deterministic: use PyTorch's deterministic kernels (CPU scatter/index-add are
+            otherwise order-nondeterministic), so a resumed run repeats the losses exactly.
     Evaluation, checkpoints, logging:
         eval_every: steps between validation passes (0 = only at the end).
         eval_tokens: tokens evaluated per validation pass.
@@ -82,6 +84,7 @@ class TrainConfig:
     precision: str = "bf16"
     compile: bool = False
     seed: int = 0
+    deterministic: bool = True
 
     eval_every: int = 100
     eval_tokens: int = 65536

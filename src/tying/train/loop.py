@@ -12,6 +12,7 @@ loop       -> micro-batches (gradient accumulation), clipping, step, metrics,
 from __future__ import annotations
 
 import math
+import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -149,6 +150,10 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
 
     # ------------------------------------------------------------------ data + model
     torch.manual_seed(cfg.seed)
+    if cfg.deterministic:
+        if info.device.type == "cuda":
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
     setup = setup or build_setup(cfg, info)
     model = setup.model.to(info.device)
     interface = unwrap(model).interface
@@ -162,8 +167,6 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
         betas=(cfg.beta1, cfg.beta2),
         fused=False,
     )
-    if getattr(interface, "trainable_z", False):
-        interface.attach_retraction(optimizer)
     step_model = torch.compile(wrapped) if cfg.compile else wrapped
 
     start_step, tokens_seen, elapsed_before = 0, 0, 0.0
@@ -172,6 +175,9 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
         start_step, tokens_seen = state["step"], state["tokens"]
         elapsed_before = state.get("elapsed_s", 0.0)
         sampler.load_state_dict(state["sampler"])
+    # After loading: restoring optimizer state runs a zero-lr step, which must not retract Z.
+    if getattr(interface, "trainable_z", False):
+        interface.attach_retraction(optimizer)
     logger = (
         MetricsLogger(
             run_dir, resume_step=start_step if resume_from else None, tensorboard=cfg.tensorboard

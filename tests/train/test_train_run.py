@@ -1,0 +1,167 @@
+"""End-to-end training runs: metrics, validation, checkpoints, exact resume, divergence, eval."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tying.config import ConfigError, load_config
+from tying.train import checkpoint as ckpt
+from tying.train.config import TrainConfig
+from tying.train.loop import DivergenceError, train
+from tying.train.metrics import read_metrics
+
+from .conftest import small_run
+
+
+def _losses(run_dir) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in read_metrics(run_dir) if "loss" in r and "event" not in r}
+
+
+@pytest.mark.parametrize("tie", ["untied", "tt", "pit"])
+def test_short_run_writes_metrics_checkpoints_and_learns(small_corpus, tmp_path, tie) -> None:
+    out = tmp_path / tie
+    cfg = load_config(TrainConfig, None, small_run(small_corpus, out, tie=tie, max_steps=8))
+    result = train(cfg)
+    rows = read_metrics(out)
+    steps = [r for r in rows if "loss" in r]
+    assert [r["step"] for r in steps] == list(range(1, 9))
+    for key in ("step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s"):
+        assert key in steps[0]
+    assert steps[-1]["tokens"] == 8 * 256
+    val = [r for r in rows if "val_loss" in r]
+    assert [r["step"] for r in val] == [3, 6, 8]
+    assert val[-1]["val_ppl"] == pytest.approx(
+        torch.tensor(val[-1]["val_loss"]).exp().item(), rel=1e-6
+    )
+    assert steps[-1]["loss"] < steps[0]["loss"] - 0.5
+    assert result.val_loss == val[-1]["val_loss"]
+    assert (out / "config.yaml").is_file()
+    assert [p.name for p in ckpt.list_checkpoints(out)] == ["step-0000006", "step-0000008"]
+
+
+def test_refuses_to_overwrite_an_existing_run(small_corpus, tmp_path) -> None:
+    cfg = load_config(TrainConfig, None, small_run(small_corpus, tmp_path, max_steps=2))
+    train(cfg)
+    with pytest.raises(ConfigError, match="resume=true"):
+        train(cfg)
+
+
+def _start(args, env=None):
+    return subprocess.Popen(
+        [sys.executable, "-m", "tying", "train", *args],
+        env=env or dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def test_sigkill_then_resume_gives_identical_losses(small_corpus, tmp_path) -> None:
+    steps = 12
+    ref_dir, killed_dir = tmp_path / "ref", tmp_path / "killed"
+    ref = _start(small_run(small_corpus, ref_dir, max_steps=steps, tie="pit", pit_trainable_z=True))
+    assert ref.wait(timeout=300) == 0, ref.stdout.read()
+    reference = _losses(ref_dir)
+
+    proc = _start(
+        small_run(small_corpus, killed_dir, max_steps=steps, tie="pit", pit_trainable_z=True)
+    )
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        done = [s for s in _losses(killed_dir)] if (killed_dir / "metrics.jsonl").exists() else []
+        if done and max(done) >= 5:
+            break
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    last = ckpt.latest_checkpoint(killed_dir)
+    assert last is not None
+    resumed_from = json.loads((last / "trainer.json").read_text())["step"]
+    assert 0 < resumed_from < steps, "the run finished before it was killed; nothing was tested"
+
+    again = _start(
+        small_run(
+            small_corpus, killed_dir, max_steps=steps, tie="pit", pit_trainable_z=True, resume=True
+        )
+    )
+    assert again.wait(timeout=300) == 0, again.stdout.read()
+    resumed = _losses(killed_dir)
+    assert sorted(resumed) == list(range(1, steps + 1))
+    for step in range(resumed_from + 1, steps + 1):
+        assert resumed[step] == reference[step], (step, resumed[step], reference[step])
+
+
+class _NaNAfter(torch.nn.Module):
+    """Wraps a model; its loss becomes NaN from the `after`-th training call on."""
+
+    def __init__(self, model, after: int) -> None:
+        super().__init__()
+        self.inner = model
+        self.interface = model.interface
+        self.calls, self.after = 0, after
+
+    def forward(self, inputs, targets):
+        self.calls += int(self.training)
+        loss = self.inner(inputs, targets)
+        return loss * float("nan") if self.calls >= self.after else loss
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(small_corpus, tmp_path) -> None:
+    from tying.train.build import build_setup
+    from tying.train.distributed import init_distributed
+
+    cfg = load_config(
+        TrainConfig, None, small_run(small_corpus, tmp_path, max_steps=10, checkpoint_every=2)
+    )
+    setup = build_setup(cfg, init_distributed())
+    accum = cfg.grad_accum_steps(1)
+    setup.model = _NaNAfter(setup.model, after=4 * accum + 1)  # step 5's first micro-batch
+    with pytest.raises(DivergenceError, match="at step 5.*step-0000004"):
+        train(cfg, setup=setup)
+    last = ckpt.latest_checkpoint(tmp_path)
+    model_state, _, state = ckpt.load_checkpoint(last)
+    assert state["step"] == 4
+    assert all(torch.isfinite(t).all() for t in model_state.values())
+    assert read_metrics(tmp_path)[-1]["event"] == "diverged"
+
+
+def test_eval_command_prints_json(small_corpus, tmp_path) -> None:
+    cfg = load_config(TrainConfig, None, small_run(small_corpus, tmp_path, max_steps=2))
+    result = train(cfg)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tying",
+            "eval",
+            str(tmp_path),
+            "--data",
+            str(small_corpus["val"]),
+            "--max-tokens",
+            "1024",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = json.loads(out.stdout)
+    assert report["loss"] == pytest.approx(result.val_loss, rel=1e-5)
+    assert report["ppl"] == pytest.approx(torch.tensor(report["loss"]).exp().item(), rel=1e-6)
+    assert report["tokens"] > 0
+
+
+def test_vocabulary_mismatch_is_an_error(small_corpus, tmp_path) -> None:
+    from tying.train.build import build_model, check_vocabulary
+
+    cfg = load_config(TrainConfig, None, small_run(small_corpus, tmp_path))
+    model = build_model(cfg, 100)  # a model with a smaller vocabulary than the tokenizer's 512
+    with pytest.raises((ValueError, ConfigError), match="vocab"):
+        check_vocabulary(512, model.interface.vocab_size, "test-tokenizer")
