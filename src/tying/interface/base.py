@@ -97,7 +97,8 @@ class TokenInterface(nn.Module, ABC):
             b for _, b in self.named_buffers() if b.is_floating_point()
         ]
         for t in tensors:
-            key = t.untyped_storage().data_ptr()
+            # Meta tensors have no storage (address 0): tell them apart by identity.
+            key = id(t) if t.is_meta else t.untyped_storage().data_ptr()
             if key in seen:
                 continue
             seen.add(key)
