@@ -12,6 +12,7 @@ help:
 	@echo "make test-slow  run the slow tests too"
 	@echo "make lint       ruff"
 	@echo "make bench      run the benchmarks (JSON in benchmarks/results/)"
+	@echo "make demo       set up .venv and run the main job"
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +38,13 @@ lint: venv
 
 bench: venv
 	$(PY) benchmarks/interface.py
+	$(PY) benchmarks/train_throughput.py
+
+# Until `tying demo` lands: train `tiny` with TT and with PIT on Gutenberg, side by side.
+demo: venv
+	$(VENV)/bin/tying train tie=tt max_steps=100 out_dir=runs/demo/tt resume=true
+	$(VENV)/bin/tying train tie=pit max_steps=100 out_dir=runs/demo/pit resume=true
+	$(VENV)/bin/tying plot runs/demo/tt runs/demo/pit --metric loss --rolling 10 --out runs/demo/loss.png
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
