@@ -1,0 +1,47 @@
+"""torchrun with 2 CPU processes (gloo): same global batch, same losses as one process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tying.train.metrics import read_metrics
+
+from .conftest import small_run
+
+
+def _run(args: list[str], nproc: int, tmp_cache: str) -> None:
+    env = dict(os.environ, OMP_NUM_THREADS="1", TYING_CACHE_DIR=tmp_cache)
+    if nproc == 1:
+        cmd = [sys.executable, "-m", "tying", "train", *args]
+    else:
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={nproc}",
+            "-m",
+            "tying",
+            "train",
+            *args,
+        ]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_two_processes_match_one(small_corpus, tmp_path, mode) -> None:
+    cache = str(tmp_path / "cache")
+    common = {"max_steps": 4, "tie": "pit", "pit_trainable_z": True, "eval_every": 2}
+    _run(small_run(small_corpus, tmp_path / "one", **common), 1, cache)
+    _run(small_run(small_corpus, tmp_path / "two", distributed=mode, **common), 2, cache)
+    one = [r for r in read_metrics(tmp_path / "one") if "loss" in r or "val_loss" in r]
+    two = [r for r in read_metrics(tmp_path / "two") if "loss" in r or "val_loss" in r]
+    assert [r["step"] for r in one] == [r["step"] for r in two]
+    for a, b in zip(one, two):
+        key = "loss" if "loss" in a else "val_loss"
+        assert abs(a[key] - b[key]) <= 1e-4, (a, b)
