@@ -25,12 +25,15 @@ import torch
 from torch import Tensor
 
 _REDUCTIONS = ("mean", "sum", "none")
-# Default: at most this many logits (chunk_size × V) alive at once: 2^25 floats = 128 MiB fp32.
+# A chunk's logits: at most 2^25 of them alive at once (64 MiB bf16, 128 MiB fp32).
 _DEFAULT_LOGITS_PER_CHUNK = 1 << 25
+# Softmax work runs on row blocks of at most this many logits (24 MiB fp32), so that its
+# passes (max, exp, sum, scale) stay in the last-level cache of a CPU.
+_LOGITS_PER_BLOCK = 6 << 20
 
 
 def default_chunk_size(vocab_size: int) -> int:
-    """Tokens per chunk so that one chunk's logits hold at most 2^25 floats (≥ 16 tokens)."""
+    """Tokens per chunk so that one chunk's logits hold at most 2^25 numbers (≥ 16 tokens)."""
     return max(16, _DEFAULT_LOGITS_PER_CHUNK // max(vocab_size, 1))
 
 
@@ -46,25 +49,81 @@ def _compute_dtype(x: Tensor) -> torch.dtype:
     return x.dtype
 
 
-def _chunk_logits(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """Logits of one chunk in float32 (or float64 if the inputs are float64): (n, V)."""
-    logits = x @ weight.T
-    acc = torch.float64 if logits.dtype == torch.float64 else torch.float32
-    logits = logits.to(acc)
-    if bias is not None:
-        logits = logits + bias.to(acc)
-    return logits
+def _accumulate_dtype(compute_dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if compute_dtype == torch.float64 else torch.float32
 
 
-def _softmax_minus_onehot_(
-    logits: Tensor, lse: Tensor, targets: Tensor, valid: Tensor, row_scale: Tensor
+def _softmax_rows_(
+    logits: Tensor,
+    targets: Tensor,
+    valid: Tensor,
+    bias: Tensor | None,
+    row_scale: Tensor | None,
 ) -> Tensor:
-    """In place: logits -> (softmax(logits) - onehot(targets)) * row_scale, zero on ignored rows."""
-    logits.sub_(lse.unsqueeze(1)).exp_()
-    rows = torch.arange(logits.shape[0], device=logits.device)
-    logits[rows, targets] -= valid.to(logits.dtype)
-    logits.mul_((row_scale * valid).to(logits.dtype).unsqueeze(1))
-    return logits
+    """Per-row loss of a chunk's logits; with `row_scale`, turn the logits into their gradient.
+
+    Works in row blocks of ≤ 6·2^20 logits, in float32 (float64 for float64 logits):
+    loss_n = lse_n − logit_n[t_n] with lse = max + log Σ exp(logit − max). With
+    `row_scale` (n,), `logits` is overwritten in place (in its own dtype) with
+    row_scale_n · (softmax_n − onehot(t_n)), zero on ignored rows.
+
+    Args:
+        logits: (n, V), the chunk's logits in the compute dtype (overwritten if row_scale is given).
+        targets: (n,) ids in [0, V) (ignored rows hold any valid id).
+        valid: (n,) bool, False for ignored rows.
+        bias: optional (V,) output bias, added here.
+        row_scale: optional (n,) upstream gradient per row.
+
+    Returns:
+        (n,) losses in nats (0 on ignored rows), float32 or float64.
+    """
+    n, V = logits.shape
+    acc = _accumulate_dtype(logits.dtype)
+    block = max(8, _LOGITS_PER_BLOCK // max(V, 1))
+    losses = torch.empty(n, dtype=acc, device=logits.device)
+    for b0 in range(0, n, block):
+        b1 = min(b0 + block, n)
+        raw = logits[b0:b1]  # `logits` is the caller's temporary: safe to overwrite
+        lf = raw.to(acc) if raw.dtype != acc else raw  # a float32 copy of bf16 logits
+        if bias is not None:
+            lf.add_(bias.to(acc))
+        t = targets[b0:b1]
+        v = valid[b0:b1]
+        target_logit = lf.gather(1, t.unsqueeze(1)).squeeze(1)
+        row_max = lf.amax(dim=1)
+        lf.sub_(row_max.unsqueeze(1)).exp_()
+        sums = lf.sum(dim=1)
+        lse = row_max + sums.log()
+        losses[b0:b1] = torch.where(v, lse - target_logit, torch.zeros_like(lse))
+        if row_scale is None:
+            continue
+        scale = row_scale[b0:b1].to(acc) * v
+        lf.mul_((scale / sums).unsqueeze(1))
+        lf[torch.arange(b1 - b0, device=lf.device), t] -= scale
+        if lf is not raw:
+            raw.copy_(lf)
+    return losses
+
+
+def _chunk_grads(
+    g: Tensor,
+    xs: Tensor,
+    wc: Tensor,
+    grad_x: Tensor | None,
+    grad_w: Tensor | None,
+    grad_b: Tensor | None,
+    rows: slice,
+) -> None:
+    """Add one chunk's contributions: grad_x[rows] = g W, grad_w += g^T x, grad_b += Σ g."""
+    if grad_b is not None:
+        grad_b += g.sum(0, dtype=grad_b.dtype)
+    if grad_x is not None:
+        grad_x[rows] = (g @ wc).to(grad_x.dtype)
+    if grad_w is not None:
+        if g.dtype == grad_w.dtype:
+            grad_w.addmm_(g.T, xs)
+        else:
+            grad_w += (g.T @ xs).to(grad_w.dtype)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -88,49 +147,33 @@ class _LinearCrossEntropy(torch.autograd.Function):
         n_valid = valid.sum()
         xc = x.to(compute_dtype)
         wc = weight.to(compute_dtype)
-        acc = torch.float64 if compute_dtype == torch.float64 else torch.float32
+        acc = _accumulate_dtype(compute_dtype)
         losses = torch.empty(n_tokens, dtype=acc, device=x.device)
-        lse_all = torch.empty(n_tokens, dtype=acc, device=x.device)
 
-        need_x, need_w, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1], False
-        if bias is not None:
-            need_b = ctx.needs_input_grad[2]
+        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        need_b = bias is not None and ctx.needs_input_grad[2]
         fused = reduction != "none" and (need_x or need_w or need_b)
+        row_scale = grad_x = grad_w = grad_b = None
         if fused:
             scale = 1.0 / n_valid.to(acc) if reduction == "mean" else torch.ones((), dtype=acc)
             row_scale = scale.to(x.device).expand(n_tokens)
-            grad_x = (
-                torch.empty(n_tokens, x.shape[1], dtype=x.dtype, device=x.device)
-                if need_x
-                else None
-            )
+            grad_x = torch.empty_like(x) if need_x else None
             grad_w = torch.zeros(weight.shape, dtype=acc, device=x.device) if need_w else None
             grad_b = torch.zeros(weight.shape[0], dtype=acc, device=x.device) if need_b else None
 
         for start in range(0, n_tokens, chunk_size):
-            end = min(start + chunk_size, n_tokens)
-            xs = xc[start:end]
-            logits = _chunk_logits(xs, wc, bias)
-            lse = torch.logsumexp(logits, dim=1)
-            target_logit = logits.gather(1, safe_targets[start:end].unsqueeze(1)).squeeze(1)
-            v = valid[start:end]
-            losses[start:end] = torch.where(v, lse - target_logit, torch.zeros_like(lse))
-            lse_all[start:end] = lse
-            if not fused:
-                continue
-            g = _softmax_minus_onehot_(
-                logits, lse, safe_targets[start:end], v, row_scale[start:end]
+            rows = slice(start, min(start + chunk_size, n_tokens))
+            xs = xc[rows]
+            logits = xs @ wc.T
+            losses[rows] = _softmax_rows_(
+                logits,
+                safe_targets[rows],
+                valid[rows],
+                bias,
+                row_scale[rows] if fused else None,
             )
-            if grad_b is not None:
-                grad_b += g.sum(0)
-            g = g.to(compute_dtype)
-            if grad_x is not None:
-                grad_x[start:end] = (g @ wc).to(x.dtype)
-            if grad_w is not None:
-                if compute_dtype == acc:
-                    grad_w.addmm_(g.T, xs)
-                else:
-                    grad_w += (g.T @ xs).to(acc)
+            if fused:
+                _chunk_grads(logits, xs, wc, grad_x, grad_w, grad_b, rows)
 
         if reduction == "mean":
             out = losses.sum() / n_valid.to(acc)
@@ -140,64 +183,49 @@ class _LinearCrossEntropy(torch.autograd.Function):
             out = losses
         out = out.to(x.dtype if x.dtype == torch.float64 else torch.float32)
 
-        ctx.reduction = reduction
         ctx.has_bias = bias is not None
         ctx.fused = fused
         if fused:
             ctx.save_for_backward(grad_x, grad_w, grad_b)
             ctx.dtypes = (weight.dtype, bias.dtype if bias is not None else None)
         else:
-            ctx.save_for_backward(x, weight, bias, safe_targets, valid, lse_all)
+            ctx.save_for_backward(x, weight, bias, safe_targets, valid)
             ctx.chunk_size = chunk_size
             ctx.compute_dtype = compute_dtype
         return out
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):  # type: ignore[override]
-        none8 = [None] * 5
+        none5 = [None] * 5
         if ctx.fused:
             grad_x, grad_w, grad_b = ctx.saved_tensors
             w_dtype, b_dtype = ctx.dtypes
             gx = (grad_x * grad_out.to(grad_x.dtype)) if grad_x is not None else None
             gw = (grad_w * grad_out.to(grad_w.dtype)).to(w_dtype) if grad_w is not None else None
             gb = (grad_b * grad_out.to(grad_b.dtype)).to(b_dtype) if grad_b is not None else None
-            return (gx, gw, gb, *none8)
-        return (*_recompute_backward(ctx, grad_out), *none8)
+            return (gx, gw, gb, *none5)
+        return (*_recompute_backward(ctx, grad_out), *none5)
 
 
 def _recompute_backward(
     ctx, grad_out: Tensor
 ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    """Backward of `reduction="none"`: recompute each chunk's softmax, weight by grad_out per token."""
-    x, weight, bias, safe_targets, valid, lse_all = ctx.saved_tensors
+    """Backward of `reduction="none"`: recompute each chunk, weighting rows by grad_out."""
+    x, weight, bias, safe_targets, valid = ctx.saved_tensors
     compute_dtype = ctx.compute_dtype
+    acc = _accumulate_dtype(compute_dtype)
     need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     need_b = ctx.has_bias and ctx.needs_input_grad[2]
     xc, wc = x.to(compute_dtype), weight.to(compute_dtype)
-    acc = lse_all.dtype
     grad_x = torch.empty_like(x) if need_x else None
     grad_w = torch.zeros(weight.shape, dtype=acc, device=x.device) if need_w else None
     grad_b = torch.zeros(weight.shape[0], dtype=acc, device=x.device) if need_b else None
-    row_scale = grad_out.to(acc)
     with torch.autocast(x.device.type, enabled=False):
         for start in range(0, x.shape[0], ctx.chunk_size):
-            end = min(start + ctx.chunk_size, x.shape[0])
-            xs = xc[start:end]
-            logits = _chunk_logits(xs, wc, bias)
-            g = _softmax_minus_onehot_(
-                logits,
-                lse_all[start:end],
-                safe_targets[start:end],
-                valid[start:end],
-                row_scale[start:end],
-            )
-            if grad_b is not None:
-                grad_b += g.sum(0)
-            g = g.to(compute_dtype)
-            if grad_x is not None:
-                grad_x[start:end] = (g @ wc).to(x.dtype)
-            if grad_w is not None:
-                grad_w += (g.T @ xs).to(acc)
+            rows = slice(start, min(start + ctx.chunk_size, x.shape[0]))
+            logits = xc[rows] @ wc.T
+            _softmax_rows_(logits, safe_targets[rows], valid[rows], bias, grad_out[rows])
+            _chunk_grads(logits, xc[rows], wc, grad_x, grad_w, grad_b, rows)
     return (
         grad_x,
         grad_w.to(weight.dtype) if grad_w is not None else None,
