@@ -57,7 +57,8 @@ def make_matrices(V: int, d: int, rank: int = 64, noise: float = 0.5, seed: int 
     E = Z @ torch.randn(rank, d, generator=g) + noise * torch.randn(V, d, generator=g)
     U = Z @ torch.randn(rank, d, generator=g) + noise * torch.randn(V, d, generator=g)
     gain = 0.5 + torch.rand(d, generator=g)
-    return E * 0.02, U * 0.02, gain
+    scale = (rank * d + noise**2 * d) ** -0.5  # rows of norm about 1
+    return E * scale, U * scale, gain
 
 
 def timed(fn, *args, **kwargs):
