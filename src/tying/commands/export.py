@@ -13,7 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "path",
         metavar="RUN_OR_DIR",
-        help="a folder written by `tying convert --out` or save_pretrained",
+        help="a folder written by `tying convert --out` or save_pretrained, or a teacher-mode run",
     )
     parser.add_argument("--out", required=True, help="output folder")
 

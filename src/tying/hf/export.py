@@ -94,19 +94,39 @@ def export(model: nn.Module, out_dir: str | Path, tokenizer: Any = None) -> Path
 def load_for_export(path: str | Path) -> tuple[nn.Module, Any]:
     """(converted model, tokenizer or None) from something `tying export` accepts.
 
-    Today: a folder written by `tying convert --out` or by `save_pretrained` of a
-    converted model. (Training-run folders are to be added here.)
+    - a folder written by `tying convert --out` or by `save_pretrained` of a converted model;
+    - a teacher-mode training run (or one of its checkpoints): the converted
+      Hugging Face model with the trained weights, and the teacher's tokenizer.
 
     Raises:
         FileNotFoundError: `path` does not exist.
-        ValueError: `path` is not a converted folder.
+        ValueError: `path` is neither, or is a scratch-mode run (tying's own
+            decoder has no standard transformers architecture to export to).
     """
     folder = Path(path).expanduser()
     if not folder.exists():
         raise FileNotFoundError(f"no such file or folder: {folder}")
     if folder.is_dir() and is_converted_folder(folder):
         return from_pretrained(folder), load_tokenizer(folder)
-    raise ValueError(
-        f"{folder} is not a converted model folder (expected config.json with a '{CONFIG_KEY}' "
-        "record, as written by `tying convert --out` or save_pretrained of a converted model)"
-    )
+    from tying.train.checkpoint import resolve_checkpoint
+
+    try:
+        resolve_checkpoint(folder)
+    except FileNotFoundError:
+        raise ValueError(
+            f"{folder} is neither a converted model folder (config.json with a '{CONFIG_KEY}' "
+            "record, as written by `tying convert --out`) nor a training run with checkpoints"
+        ) from None
+    from tying.hf.causal_lm import HFCausalLM
+    from tying.hf.loading import load
+    from tying.train.restore import load_trained
+
+    model, _, cfg, _ = load_trained(folder)
+    if not isinstance(model, HFCausalLM):
+        raise ValueError(
+            f"{folder} is a scratch-mode run of tying's own decoder, which has no standard "
+            "transformers architecture; save it with tying.model.TyingForCausalLM.save_pretrained "
+            "(loads wherever tying is installed)"
+        )
+    _, tokenizer = load(cfg.model)
+    return model.hf_model, tokenizer
