@@ -97,7 +97,7 @@ def _prepare_run_dir(cfg: TrainConfig, info: DistInfo) -> tuple[Path, Path | Non
     return run_dir, resume_from
 
 
-def _model_state(model: nn.Module, info: DistInfo) -> dict[str, torch.Tensor]:
+def _model_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """Full (unsharded) model state on CPU; a collective under FSDP."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
@@ -188,7 +188,7 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
     tracker = setup.make_tracker(interface) if cfg.track_gradient_paths else None
 
     def save(step: int) -> None:
-        model_state = _model_state(unwrap(wrapped), info)
+        model_state = _model_state(unwrap(wrapped))
         optim_state = _optimizer_state(unwrap(wrapped), optimizer)
         if info.is_main:
             trainer_state = {
