@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from pathlib import Path
 
 import torch
 
+from timing import medians, round_robin, write_json
 from tying.analysis.gradient_paths import GradientPathTracker
 from tying.model.decoder import Decoder
 from tying.model.presets import preset_config
@@ -73,21 +72,16 @@ def main() -> None:
         for tie in ("tt", "pit")
         for track in (False, True)
     }
-    times: dict[str, list[float]] = {k: [] for k in variants}
     sample: dict[str, dict] = {}
-    for round_index in range(args.reps + 1):
-        for name, step in variants.items():
-            t0 = time.perf_counter()
-            row = step()
-            if round_index > 0:
-                times[name].append(time.perf_counter() - t0)
-                sample[name] = row
-        print(
-            f"round {round_index}: "
-            + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items() if v),
-            flush=True,
-        )
-    median = {k: statistics.median(v) for k, v in times.items()}
+
+    def recording(name: str, step):
+        def run() -> None:
+            sample[name] = step()
+
+        return run
+
+    times = round_robin({k: recording(k, v) for k, v in variants.items()}, args.reps)
+    median = medians(times)
     result = {
         "benchmark": "gradient-path tracking overhead",
         "preset": args.preset,
@@ -99,10 +93,7 @@ def main() -> None:
         "last_tracked_rows": {k: v for k, v in sample.items() if v},
     }
     print(json.dumps(result["overhead"], indent=2))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_json(result, args.out)
 
 
 if __name__ == "__main__":

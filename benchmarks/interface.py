@@ -25,15 +25,14 @@ import json
 import os
 import platform
 import re
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from timing import medians, round_robin, write_json
 from tying import PseudoInverseTying, TransposeTying
 
 VARIANTS = ("tt", "tt_full_logits", "pit_frozen", "pit_trainable")
@@ -80,20 +79,10 @@ def build(variant: str, V: int, d: int, N: int, seed: int = 0):
 def time_variants(precision: str, V: int, d: int, N: int, reps: int) -> dict[str, dict]:
     """Median step time (s) of each variant, measured round-robin in this process."""
     steps = {v: build(v, V, d, N) for v in VARIANTS}
-    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    for round_index in range(reps + 1):
-        for v in VARIANTS:
-            t0 = time.perf_counter()
-            steps[v](precision)
-            dt = time.perf_counter() - t0
-            if round_index > 0:  # round 0 is the warm-up
-                times[v].append(dt)
-        print(
-            f"  [{precision}] round {round_index}: "
-            + ", ".join(f"{v} {times[v][-1] if times[v] else 0:.2f}s" for v in VARIANTS),
-            flush=True,
-        )
-    return {v: {"median_s": statistics.median(ts), "all_s": ts} for v, ts in times.items()}
+    times = round_robin(
+        {v: (lambda s=s: s(precision)) for v, s in steps.items()}, reps, f"[{precision}] "
+    )
+    return {v: {"median_s": m, "all_s": times[v]} for v, m in medians(times).items()}
 
 
 def memory_child(variant: str, precision: str, V: int, d: int, N: int) -> None:
@@ -182,10 +171,7 @@ def main() -> None:
             },
         }
         print(json.dumps(result["precisions"][precision]["ratios"], indent=2), flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_json(result, args.out)
 
 
 if __name__ == "__main__":

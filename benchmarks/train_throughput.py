@@ -20,12 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import time
 from pathlib import Path
 
 import torch
 
+from timing import medians, round_robin, write_json
 from tying.model.decoder import Decoder
 from tying.model.presets import preset_config
 
@@ -119,22 +119,11 @@ def main() -> None:
         "hf_llama_tied": make_step(hf_llama(cfg_tt), True, x, y),
         "ours_pit": make_step(Decoder(cfg_pit), False, x, y),
     }
-    times: dict[str, list[float]] = {k: [] for k in variants}
-    for round_index in range(args.reps + 1):
-        for name, step in variants.items():
-            t0 = time.perf_counter()
-            step()
-            if round_index > 0:
-                times[name].append(time.perf_counter() - t0)
-        print(
-            f"round {round_index}: "
-            + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items() if v),
-            flush=True,
-        )
+    times = round_robin(variants, args.reps)
     peak = matmul_peak_flops()
     tokens = args.batch * args.seq_len
     flops = step_flops(cfg_tt, tokens, args.seq_len)
-    median = {k: statistics.median(v) for k, v in times.items()}
+    median = medians(times)
     result = {
         "benchmark": "training throughput",
         "preset": args.preset,
@@ -172,10 +161,7 @@ def main() -> None:
             indent=2,
         )
     )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_json(result, args.out)
 
 
 if __name__ == "__main__":
