@@ -24,6 +24,9 @@ VERBS: dict[str, str] = {
     "params": "tying.commands.params",
     "convert": "tying.commands.convert",
     "export": "tying.commands.export",
+    "lens": "tying.commands.lens",
+    "trace": "tying.commands.trace",
+    "plot": "tying.commands.plot",
 }
 
 

@@ -1,0 +1,188 @@
+"""Fixtures of the lens tests: tiny decoders (one trained on a Markov chain), tiny HF Llamas,
+and a tiny training run folder with its corpus (no downloads)."""
+
+from __future__ import annotations
+
+import json
+import lzma
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from tying.model.decoder import Decoder
+from tying.model.presets import preset_config
+from tying.models import LoadedModel, wrap_model
+from tying.paths import gutenberg_validation
+
+VOCAB = 64
+D = 64
+LAYERS = 3
+SEQ = 32
+
+
+def tiny_decoder(tie: str = "tt", vocab_size: int = VOCAB, n_layers: int = LAYERS, seed: int = 0):
+    """A random 3-layer Decoder with d = 64, 4 heads of 16, V = `vocab_size`."""
+    config = preset_config(
+        "tiny",
+        vocab_size=vocab_size,
+        n_layers=n_layers,
+        d_model=D,
+        head_dim=16,
+        max_seq_len=128,
+        tie=tie,
+    )
+    return Decoder(config, generator=torch.Generator().manual_seed(seed)).eval()
+
+
+def markov_chain(vocab_size: int = VOCAB, successors: int = 3, seed: int = 0) -> torch.Tensor:
+    """A (V, V) transition matrix: each token goes to `successors` random tokens (random weights)."""
+    g = torch.Generator().manual_seed(seed)
+    P = torch.zeros(vocab_size, vocab_size)
+    for v in range(vocab_size):
+        nxt = torch.randperm(vocab_size, generator=g)[:successors]
+        P[v, nxt] = torch.rand(successors, generator=g) + 0.2
+    return P / P.sum(dim=1, keepdim=True)
+
+
+def sample_chain(P: torch.Tensor, batch: int, length: int, seed: int) -> torch.Tensor:
+    """(batch, length) token sequences of the chain P, random start tokens."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.empty(batch, length, dtype=torch.long)
+    ids[:, 0] = torch.randint(0, P.shape[0], (batch,), generator=g)
+    for t in range(1, length):
+        ids[:, t] = torch.multinomial(P[ids[:, t - 1]], 1, generator=g).squeeze(1)
+    return ids
+
+
+@pytest.fixture(scope="session")
+def trained_decoder() -> SimpleNamespace:
+    """A tiny Decoder trained (Adam, 200 steps of 8 × 32 tokens) on a sparse Markov chain."""
+    torch.manual_seed(0)
+    P = markov_chain()
+    model = tiny_decoder()
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for step in range(200):
+        ids = sample_chain(P, 8, SEQ + 1, seed=1000 + step)
+        loss = model(ids[:, :-1], ids[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    return SimpleNamespace(model=model, chain=P, loss=float(loss.detach()))
+
+
+def loaded(model: torch.nn.Module, name: str = "tiny") -> LoadedModel:
+    """`wrap_model` of an in-memory model."""
+    return wrap_model(model, name=name)
+
+
+def tiny_llama(tied: bool = True, vocab_size: int = 96, seed: int = 0):
+    """A random 2-layer LlamaForCausalLM (d = 64, V = 96 > d: PIT needs a full-rank E with its
+    zero padding row), norm gains perturbed, eval mode, float32."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=D,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=tied,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    return model.eval()
+
+
+def word_tokenizer(vocab_size: int = VOCAB):
+    """A word-level fast tokenizer ("[UNK]", "[PAD]", "</s>", "w3", ...) with EOS "</s>"."""
+    from tokenizers import models as tmodels
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"[UNK]": 0, "[PAD]": 1, "</s>": 2, **{f"w{i}": i for i in range(3, vocab_size)}}
+    backend = Tokenizer(tmodels.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", eos_token="</s>"
+    )
+
+
+@pytest.fixture(scope="session")
+def lens_cache(tmp_path_factory) -> Path:
+    """A per-session shard cache."""
+    return tmp_path_factory.mktemp("lens-cache")
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(lens_cache, monkeypatch) -> None:
+    """Shards built by the tests go to the per-session temporary cache."""
+    monkeypatch.setenv("TYING_CACHE_DIR", str(lens_cache))
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory) -> dict[str, Path]:
+    """Train/validation .jsonl files cut from a Gutenberg validation book, and a 300-token BPE."""
+    root = tmp_path_factory.mktemp("lens-corpus")
+    with lzma.open(gutenberg_validation(), "rt") as f:
+        text = json.loads(f.readline())["text"]
+    paragraphs = [p.strip() for p in text[:120_000].split("\n\n") if len(p.strip()) > 40]
+    cut = len(paragraphs) * 3 // 4
+    for name, docs in (("train.jsonl", paragraphs[:cut]), ("val.jsonl", paragraphs[cut:])):
+        (root / name).write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(paragraphs[:cut], trainer)
+    tok_dir = root / "tokenizer"
+    tok_dir.mkdir()
+    tok.save(str(tok_dir / "tokenizer.json"))
+    return {"train": root / "train.jsonl", "val": root / "val.jsonl", "tokenizer": tok_dir}
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tiny_corpus, lens_cache, tmp_path_factory) -> Path:
+    """A finished 4-step training run of the tiny preset on the tiny corpus (a run folder)."""
+    from tying.train.config import TrainConfig
+    from tying.train.loop import train
+
+    out = tmp_path_factory.mktemp("runs") / "tiny-tt"
+    cfg = TrainConfig(
+        data=str(tiny_corpus["train"]),
+        val_data="",
+        tokenizer=str(tiny_corpus["tokenizer"]),
+        preset="tiny",
+        seq_len=32,
+        micro_batch_size=4,
+        global_batch_tokens=128,
+        max_steps=4,
+        warmup_steps=1,
+        lr=3e-3,
+        eval_every=0,
+        checkpoint_every=0,
+        precision="fp32",
+        progress=False,
+        tensorboard=False,
+        out_dir=str(out),
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TYING_CACHE_DIR", str(lens_cache))
+        train(cfg)
+    return out
