@@ -10,7 +10,9 @@ Times, in one run:
 - `spectral_distance`: spectral distance of the same two matrices (k = 64, 128 components),
   as its parts: two KNN@64 searches, the kNN graphs, the omnibus eigenproblem (target <= 60 s);
 - `probe_smollm2`: the whole `tying probe smollm2 --out DIR` (no --against) in a fresh
-  process, loading included (target <= 30 s), with its own per-stage `timings_s`.
+  process, loading included (target <= 30 s), with its own per-stage `timings_s`;
+- for comparison on a shared machine, the consistency block and the whole probe again on one
+  thread (`one_thread_seconds`).
 
 The machine's load average is recorded: on a shared machine the wall times are upper bounds.
 
@@ -31,6 +33,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from timing import write_json
 
 TARGETS_S = {
     "consistency": 5.0,
@@ -68,12 +72,14 @@ def pit_embedding() -> torch.Tensor:
 
 
 def whole_probe(threads: int) -> tuple[float, dict]:
-    """Wall seconds of `tying probe smollm2` in a fresh process, and its probe.json timings."""
+    """Wall seconds of `tying probe smollm2 --threads N` in a fresh process, and its
+    probe.json timings."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    args = ["smollm2", "--quiet", "--threads", str(threads)]
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-c", _PROBE_SCRIPT, "smollm2", "--out", out, "--quiet"],
+            [sys.executable, "-c", _PROBE_SCRIPT, *args, "--out", out],
             env=env,
             capture_output=True,
             text=True,
@@ -106,6 +112,7 @@ def main() -> int:
 
     # The whole probe first, in its own process (nothing of this one is warm yet either).
     t_probe, probe_stages = whole_probe(args.threads)
+    t_probe_1, probe_stages_1 = whole_probe(1)
 
     loaded, t_load = timed(load_any, "smollm2")
     mats = interface_matrices(loaded)
@@ -115,6 +122,11 @@ def main() -> int:
     knn_indices(E[:2000], 10)
 
     cons, t_cons = timed(consistency_view, mats)
+    # For comparison on a shared machine: the same block on one thread (threaded LAPACK on the
+    # d×d decompositions waits for time slices when the cores are oversubscribed).
+    torch.set_num_threads(1)
+    _, t_cons_1 = timed(consistency_view, mats)
+    torch.set_num_threads(args.threads)
 
     idx_a, t_knn10_a = timed(knn_indices, E, 10)
     idx_b, t_knn10_b = timed(knn_indices, E_pit, 10)
@@ -157,6 +169,11 @@ def main() -> int:
             "distance": round(t_dist, 3),
         },
         "probe_smollm2_stages_seconds": probe_stages,
+        "one_thread_seconds": {
+            "consistency": round(t_cons_1, 3),
+            "probe_smollm2": round(t_probe_1, 3),
+            "probe_smollm2_stages": probe_stages_1,
+        },
         "values": {
             "consistency": cons,
             "knn10_overlap_E_vs_E_pit": overlap,
@@ -172,8 +189,7 @@ def main() -> int:
             "load_average_end": [round(x, 2) for x in os.getloadavg()],
         },
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(report, args.out)
     json.dump(
         {"seconds": report["seconds"], "parts": report["parts_seconds"]}, sys.stdout, indent=2
     )

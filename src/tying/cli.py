@@ -27,6 +27,7 @@ VERBS: dict[str, str] = {
     "lens": "tying.commands.lens",
     "trace": "tying.commands.trace",
     "plot": "tying.commands.plot",
+    "probe": "tying.commands.probe",
 }
 
 

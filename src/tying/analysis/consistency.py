@@ -56,6 +56,7 @@ from tying.analysis._validate import (
 )
 from tying.analysis.neighbors import tile_matmul
 from tying.analysis.rowwise import row_cosine
+from tying.threads import single_threaded
 
 #: Keys of each of the "raw" and "effective" blocks returned by `consistency`.
 CONSISTENCY_KEYS = (
@@ -83,7 +84,8 @@ def gram_factors(G: Tensor, name: str) -> tuple[Tensor, Tensor]:
         ValueError: M is (numerically) rank-deficient: s_min(M) <= RANK_RTOL · s_max(M).
     """
     G64 = 0.5 * (G + G.T).to(torch.float64)
-    evals, evecs = torch.linalg.eigh(G64)
+    with single_threaded():
+        evals, evecs = torch.linalg.eigh(G64)
     top = float(evals[-1])
     if top <= 0.0 or float(evals[0]) <= (RANK_RTOL**2) * top:
         ratio = math.sqrt(max(float(evals[0]), 0.0) / top) if top > 0 else 0.0
@@ -106,8 +108,9 @@ def principal_angles(C: Tensor, H: Tensor) -> Tensor:
     Returns:
         (d,) float64: arcsin(sine) where sine² < 1/2, arccos(cosine) elsewhere.
     """
-    cos = torch.linalg.svdvals(C).clamp(0.0, 1.0)  # descending: angles ascending
-    sin = torch.linalg.eigvalsh(0.5 * (H + H.T)).clamp_min(0.0).sqrt().clamp_max(1.0)  # ascending
+    with single_threaded():
+        cos = torch.linalg.svdvals(C).clamp(0.0, 1.0)  # descending: angles ascending
+        sin = torch.linalg.eigvalsh(0.5 * (H + H.T)).clamp_min(0.0).sqrt().clamp_max(1.0)
     return torch.where(sin * sin < 0.5, torch.arcsin(sin), torch.arccos(cos))
 
 

@@ -25,8 +25,6 @@ problems (2V <= DENSE_MAX) use a dense float64 eigendecomposition instead.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 import scipy.sparse as sp
@@ -36,6 +34,7 @@ from torch import Tensor
 
 from tying.analysis._validate import check_matrix, check_positive_int, check_same_rows
 from tying.analysis.neighbors import knn_indices
+from tying.threads import single_threaded
 
 #: 2V up to which the omnibus eigenproblem is solved densely (float64) with method="auto".
 DENSE_MAX = 1024
@@ -79,29 +78,6 @@ def omnibus_matrix(graph_a: sp.sparray, graph_b: sp.sparray) -> sp.csr_array:
     """M = [[G_A, (G_A + G_B)/2], [(G_A + G_B)/2, G_B]] as a (2V, 2V) CSR array (for reference)."""
     C = (graph_a + graph_b) * 0.5
     return sp.block_array([[graph_a, C], [C, graph_b]], format="csr")
-
-
-@contextmanager
-def _single_threaded() -> Iterator[None]:
-    """One thread for torch and for the BLAS under ARPACK, restored afterwards.
-
-    Every step of the Lanczos iteration (a sparse product, a few matrix-vector products
-    with the basis) is milliseconds of memory-bound work, for which threads cost more in
-    synchronization than they gain; on a busy machine spinning BLAS threads made ARPACK
-    10 times slower. The BLAS limit needs `threadpoolctl` (skipped when it is missing).
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        try:
-            from threadpoolctl import threadpool_limits
-        except ImportError:
-            yield
-        else:
-            with threadpool_limits(limits=1, user_api="blas"):
-                yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _torch_csr(G: sp.sparray, dtype: torch.dtype) -> Tensor:
@@ -178,12 +154,12 @@ def omnibus_embedding(
         raise ValueError(f"method must be 'auto', 'arpack' or 'dense', got {method!r}")
     if method == "dense" or (method == "auto" and n <= DENSE_MAX):
         M = omnibus_matrix(graph_a, graph_b).toarray().astype(np.float64)
-        with _single_threaded():
+        with single_threaded():
             evals, evecs = np.linalg.eigh(M)
     else:
         op = _omnibus_operator(graph_a, graph_b, dtype)
         v0 = np.random.default_rng(seed).standard_normal(n).astype(op.dtype)
-        with _single_threaded():
+        with single_threaded():
             evals, evecs = eigsh(op, k=n_components, which="LM", v0=v0, tol=0.0)
     evals = evals.astype(np.float64)
     order = np.argsort(-np.abs(evals), kind="stable")[:n_components]

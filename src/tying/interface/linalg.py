@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from tying.threads import single_threaded
+
 
 def check_finite_matrix(M: Tensor, name: str) -> None:
     """Raise ValueError unless `M` is a finite floating-point matrix."""
@@ -99,7 +101,8 @@ def polar(M: Tensor, rank_rtol: float | None = None) -> Polar:
 def spd_inverse_sqrt(G: Tensor, eps: float = 0.0) -> Tensor:
     """(G + eps I)^{-1/2} of a symmetric positive (semi)definite d×d matrix, float64."""
     G64 = 0.5 * (G + G.T).to(torch.float64)
-    evals, evecs = torch.linalg.eigh(G64)
+    with single_threaded():
+        evals, evecs = torch.linalg.eigh(G64)
     evals = evals + eps
     if bool((evals <= 0).any()):
         raise ValueError(

@@ -47,7 +47,7 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> nn.Module:
         hf_model, _ = load(cfg.model)
         options: dict[str, Any] = {}
         if cfg.tie == "pit":
-            options = {"t_init": cfg.t_init, "trainable_z": cfg.pit_trainable_z}
+            options = {"t_init": cfg.t_init, "trainable_z": cfg.trainable_z}
         elif cfg.tie == "tt" and cfg.input_grad_scale != 1.0:
             options = {"input_grad_scale": cfg.input_grad_scale}
         convert(hf_model, tie=cfg.tie, **options)
@@ -62,7 +62,7 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> nn.Module:
         norm=cfg.norm,
         max_seq_len=max(cfg.seq_len, 1024),
         input_grad_scale=cfg.input_grad_scale,
-        pit_trainable_z=cfg.pit_trainable_z,
+        pit_trainable_z=cfg.trainable_z if cfg.tie == "pit" else False,
         pit_diag_activation=cfg.pit_diag_activation,
     )
     return Decoder(model_cfg, generator=torch.Generator().manual_seed(cfg.seed))

@@ -22,6 +22,9 @@ class TrainConfig:
         tie: token interface, "untied", "tt" or "pit".
         t_init: teacher-mode PIT initialisation of T ("identity", "output", "input").
         pit_trainable_z: train PIT's memory Z (Stiefel retraction after each step).
+            None (default) = trained in scratch mode (a frozen random Z leaves no
+            per-token parameter to learn), frozen in teacher mode (Z keeps the
+            teacher's polar factor).
         pit_diag_activation: "exp" or "softplus" for L's diagonal.
         input_grad_scale: TT only: multiplies the input-side gradient of E.
         norm: "rms" or "layer" (scratch mode).
@@ -60,7 +63,7 @@ class TrainConfig:
     model: str | None = None
     tie: str = "tt"
     t_init: str = "output"
-    pit_trainable_z: bool = False
+    pit_trainable_z: bool | None = None
     pit_diag_activation: str = "exp"
     input_grad_scale: float = 1.0
     norm: str = "rms"
@@ -117,6 +120,11 @@ class TrainConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.min_lr_ratio <= 1:
             raise ConfigError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+
+    @property
+    def trainable_z(self) -> bool:
+        """Whether PIT's Z is trained: `pit_trainable_z`, or by mode when it is None."""
+        return self.pit_trainable_z if self.pit_trainable_z is not None else self.model is None
 
     def grad_accum_steps(self, world_size: int) -> int:
         """Micro-batches per optimizer step per process; raises if the batch does not divide."""

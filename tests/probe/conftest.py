@@ -1,0 +1,174 @@
+"""Fixtures of the probe tests: a tiny corpus and tokenizer, tiny training runs (TT with three
+checkpoints, PIT), and tiny transformers Llama folders with partly overlapping vocabularies
+(no downloads)."""
+
+from __future__ import annotations
+
+import json
+import lzma
+from pathlib import Path
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from tying.paths import gutenberg_validation
+
+#: BPE vocabulary of the tiny corpus (>= the tiny preset's d = 256: consistency needs V >= d).
+BPE_VOCAB = 300
+#: Width of the tiny Llamas.
+LLAMA_D = 32
+
+
+@pytest.fixture(scope="session")
+def probe_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("probe-cache")
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(probe_cache, monkeypatch) -> None:
+    """Shards and caches written by the tests go to a per-session temporary folder."""
+    monkeypatch.setenv("TYING_CACHE_DIR", str(probe_cache))
+
+
+@pytest.fixture(scope="session")
+def probe_corpus(tmp_path_factory) -> dict[str, Path]:
+    """train.jsonl / val.jsonl cut from a Gutenberg validation book, and a 300-token BPE."""
+    root = tmp_path_factory.mktemp("probe-corpus")
+    with lzma.open(gutenberg_validation(), "rt") as f:
+        text = json.loads(f.readline())["text"]
+    paragraphs = [p.strip() for p in text[:100_000].split("\n\n") if len(p.strip()) > 40]
+    cut = len(paragraphs) * 3 // 4
+    for name, docs in (("train.jsonl", paragraphs[:cut]), ("val.jsonl", paragraphs[cut:])):
+        (root / name).write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=BPE_VOCAB,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(paragraphs[:cut], trainer)
+    tok_dir = root / "tokenizer"
+    tok_dir.mkdir()
+    tok.save(str(tok_dir / "tokenizer.json"))
+    return {"train": root / "train.jsonl", "val": root / "val.jsonl", "tokenizer": tok_dir}
+
+
+def _train(corpus: dict[str, Path], out: Path, cache: Path, **overrides) -> Path:
+    from tying.train.config import TrainConfig
+    from tying.train.loop import train
+
+    settings = dict(
+        data=str(corpus["train"]),
+        val_data="",
+        tokenizer=str(corpus["tokenizer"]),
+        preset="tiny",
+        seq_len=32,
+        micro_batch_size=4,
+        global_batch_tokens=128,
+        max_steps=4,
+        warmup_steps=1,
+        lr=3e-3,
+        eval_every=0,
+        checkpoint_every=0,
+        precision="fp32",
+        progress=False,
+        tensorboard=False,
+        out_dir=str(out),
+    )
+    settings.update(overrides)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TYING_CACHE_DIR", str(cache))
+        train(TrainConfig(**settings))
+    return out
+
+
+@pytest.fixture(scope="session")
+def tt_run(probe_corpus, probe_cache, tmp_path_factory) -> Path:
+    """A 6-step TT run of the tiny preset (d = 256, V = 300) with checkpoints at 2, 4 and 6."""
+    out = tmp_path_factory.mktemp("runs") / "tiny-tt"
+    return _train(
+        probe_corpus, out, probe_cache, max_steps=6, checkpoint_every=2, keep_last=3, tie="tt"
+    )
+
+
+@pytest.fixture(scope="session")
+def pit_run(probe_corpus, probe_cache, tmp_path_factory) -> Path:
+    """A 2-step PIT run of the tiny preset (one checkpoint)."""
+    out = tmp_path_factory.mktemp("runs") / "tiny-pit"
+    return _train(probe_corpus, out, probe_cache, max_steps=2, tie="pit")
+
+
+def word_vocab(vocab_size: int, shift: int) -> dict[str, int]:
+    """ "[UNK]", "[PAD]", "</s>" at ids 0-2, then words "w{i + shift}" at ids i = 3..V-1."""
+    vocab = {"[UNK]": 0, "[PAD]": 1, "</s>": 2}
+    vocab.update({f"w{i + shift}": i for i in range(3, vocab_size)})
+    return vocab
+
+
+def word_tokenizer(vocab_size: int, shift: int = 0):
+    """A word-level fast tokenizer over `word_vocab(vocab_size, shift)`, EOS "</s>"."""
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel(word_vocab(vocab_size, shift), unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", eos_token="</s>"
+    )
+
+
+def llama_folder(
+    folder: Path, *, vocab_size: int, tied: bool, shift: int = 0, seed: int = 0, tokenizer=True
+) -> Path:
+    """Save a random 2-layer LlamaForCausalLM (d = 32, norm gains perturbed) with a word
+    tokenizer into `folder` (plain transformers format, not converted)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=LLAMA_D,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=tied,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=1,
+    )
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(folder)
+    if tokenizer:
+        word_tokenizer(vocab_size, shift).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def llamas(tmp_path_factory) -> dict[str, Path]:
+    """Model folders: "tied" (V = 96, words w3..w95), "untied" (V = 100, words w13..w109: 86
+    token strings shared with "tied"), "small" (V = 24 < d: consistency must fail)."""
+    root = tmp_path_factory.mktemp("llamas")
+    return {
+        "tied": llama_folder(root / "tied", vocab_size=96, tied=True),
+        "untied": llama_folder(root / "untied", vocab_size=100, tied=False, shift=10, seed=1),
+        "small": llama_folder(root / "small", vocab_size=24, tied=True, seed=2),
+    }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread():
+    """The probe tests use tiny matrices (d <= 256), for which threaded LAPACK only adds
+    synchronization: on a machine busy with other jobs a 256×256 eigh took seconds on 2 threads
+    and milliseconds on one. One thread keeps these tests fast and their timing stable."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
