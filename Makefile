@@ -40,11 +40,9 @@ bench: venv
 	$(PY) benchmarks/interface.py
 	$(PY) benchmarks/train_throughput.py
 
-# Until `tying demo` lands: train `tiny` with TT and with PIT on Gutenberg, side by side.
+# The main job: probe SmolLM2, continue pretraining it with TT and PIT, lens, report.
 demo: venv
-	$(VENV)/bin/tying train tie=tt max_steps=100 out_dir=runs/demo/tt resume=true
-	$(VENV)/bin/tying train tie=pit max_steps=100 out_dir=runs/demo/pit resume=true
-	$(VENV)/bin/tying plot runs/demo/tt runs/demo/pit --metric loss --rolling 10 --out runs/demo/loss.png
+	$(VENV)/bin/tying demo
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

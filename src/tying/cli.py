@@ -28,6 +28,8 @@ VERBS: dict[str, str] = {
     "trace": "tying.commands.trace",
     "plot": "tying.commands.plot",
     "probe": "tying.commands.probe",
+    "experiment": "tying.commands.experiment",
+    "demo": "tying.commands.demo",
 }
 
 

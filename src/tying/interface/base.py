@@ -44,7 +44,7 @@ class TokenInterface(nn.Module, ABC):
         vocab_size: V.
         d_model: d.
         bias: optional output bias, shape (V,), trained with the head.
-        loss_chunk_size: tokens per chunk in `loss` (default: ≤ 2^25 logits per chunk).
+        loss_chunk_size: tokens per chunk in `loss` (default: ≤ 192 MiB of logits per chunk).
     """
 
     def __init__(

@@ -25,16 +25,19 @@ import torch
 from torch import Tensor
 
 _REDUCTIONS = ("mean", "sum", "none")
-# A chunk's logits: at most 2^25 of them alive at once (64 MiB bf16, 128 MiB fp32).
-_DEFAULT_LOGITS_PER_CHUNK = 1 << 25
+# A chunk's logits take at most this many bytes in the compute dtype (2,003 tokens in bf16,
+# 1,001 in fp32 at V = 50,257): large enough for efficient products and few weight-gradient
+# accumulations, small next to the N×V logits of the full path.
+_DEFAULT_LOGIT_BYTES_PER_CHUNK = 192 << 20
 # Softmax work runs on row blocks of at most this many logits (24 MiB fp32), so that its
 # passes (max, exp, sum, scale) stay in the last-level cache of a CPU.
 _LOGITS_PER_BLOCK = 6 << 20
 
 
-def default_chunk_size(vocab_size: int) -> int:
-    """Tokens per chunk so that one chunk's logits hold at most 2^25 numbers (≥ 16 tokens)."""
-    return max(16, _DEFAULT_LOGITS_PER_CHUNK // max(vocab_size, 1))
+def default_chunk_size(vocab_size: int, dtype: torch.dtype = torch.float32) -> int:
+    """Tokens per chunk so that one chunk's logits take ≤ 192 MiB in `dtype` (≥ 16 tokens)."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return max(16, _DEFAULT_LOGIT_BYTES_PER_CHUNK // (max(vocab_size, 1) * itemsize))
 
 
 def _compute_dtype(x: Tensor) -> torch.dtype:
@@ -256,7 +259,7 @@ def linear_cross_entropy(
         ignore_index: targets equal to this contribute neither loss nor gradient.
         reduction: "mean" (over non-ignored tokens; NaN if there are none, like
             `F.cross_entropy`), "sum" or "none" (per-token losses, shape (N,)).
-        chunk_size: tokens per chunk; default keeps ≤ 2^25 logits alive.
+        chunk_size: tokens per chunk; default keeps ≤ 192 MiB of logits alive.
 
     Returns:
         The loss in nats: a scalar, or (N,) for `reduction="none"`; float32
@@ -293,8 +296,8 @@ def linear_cross_entropy(
             f"target id {bad} is outside the vocabulary [0, {vocab_size}) "
             f"(ignore_index={ignore_index})"
         )
-    chunk = chunk_size or default_chunk_size(vocab_size)
     compute_dtype = _compute_dtype(x2)
+    chunk = chunk_size or default_chunk_size(vocab_size, compute_dtype)
     with torch.autocast(x.device.type, enabled=False):
         out = _LinearCrossEntropy.apply(
             x2, weight, bias, t, ignore_index, reduction, chunk, compute_dtype

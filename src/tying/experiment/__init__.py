@@ -1,0 +1,84 @@
+"""`tying experiment`: a grid tie × mode × seed at one token budget, then one report.
+
+    from tying.config import load_config
+    from tying.experiment import ExperimentConfig, run_experiment
+    cfg = load_config(ExperimentConfig, "configs/experiments/minimal.yaml")
+    result = run_experiment(cfg)     # runs/, analysis/, figures/, report.json/.md/.html
+
+- `config`: `ExperimentConfig` (+ `LensSettings`, `AnalysisSettings`, `RunSpec`).
+- `runner`: trains the cells in-process, resumable (DONE.json markers).
+- `analysis`: the report.json numbers (metrics.jsonl, tying.probe, tying lens).
+- `plots`, `render`: figures and the Markdown/HTML report (`tying.report`).
+- `demo`: the fixed small experiment of `tying demo`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tying.experiment.config import (
+    AnalysisSettings,
+    ExperimentConfig,
+    LensSettings,
+    RunSpec,
+    load_experiment,
+)
+from tying.experiment.runner import DONE_FILE, RunOutcome, run_grid, run_state
+
+
+@dataclass
+class ExperimentResult:
+    """Paths and content of a finished experiment."""
+
+    report: dict[str, Any]
+    json_path: Path
+    markdown_path: Path
+    html_path: Path
+    outcomes: list[RunOutcome]
+
+
+def write_report(report: dict[str, Any], out_dir: str | Path) -> tuple[Path, Path, Path]:
+    """report.json, report.md and report.html (figures in out_dir/figures/)."""
+    from tying.experiment.analysis import finite
+    from tying.experiment.render import build_document
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    data = finite(report)
+    json_path = out / "report.json"
+    json_path.write_text(json.dumps(data, indent=2) + "\n")
+    md, page = build_document(data, out).write(out)
+    return json_path, md, page
+
+
+def run_experiment(
+    cfg: ExperimentConfig, progress: bool = True, log: Callable[[str], None] = print
+) -> ExperimentResult:
+    """Train the grid (resumable), analyse the runs, write the report."""
+    from tying.experiment.analysis import analyze
+
+    outcomes = run_grid(cfg, progress=progress, log=log)
+    report = analyze(cfg, progress=progress, log=log)
+    json_path, md, page = write_report(report, cfg.root)
+    log(f"wrote {json_path.name}, {md.name} and {page.name} in {cfg.root}")
+    return ExperimentResult(json.loads(json_path.read_text()), json_path, md, page, outcomes)
+
+
+__all__ = [
+    "DONE_FILE",
+    "AnalysisSettings",
+    "ExperimentConfig",
+    "ExperimentResult",
+    "LensSettings",
+    "RunOutcome",
+    "RunSpec",
+    "load_experiment",
+    "run_experiment",
+    "run_grid",
+    "run_state",
+    "write_report",
+]

@@ -1,0 +1,253 @@
+"""The numbers of the report, computed from the finished runs' folders.
+
+Everything comes from files the runs wrote (metrics.jsonl, DONE.json, checkpoints) through
+`tying.probe.run_probe` (consistency, parameters, norm-frequency, drift and the tied-vs-untied
+comparisons) and `tying lens` (KL per layer). The result is the `report.json` dict:
+
+    {"name", "config", "runs": [per-run record], "teacher": probe.json of the teacher | None,
+     "lens": {"kind", "records": [lens.json records]} | None, "figures": {name: file}}
+
+Per-run record: `name`, `mode`, `tie`, `seed`, `run_dir`, `steps`, `tokens`,
+`final_train_loss` (mean of the last `loss_window` logged losses, nats/token), `last_loss`,
+`val_loss` (nats/token), `val_ppl`, `wall_time_s`, `tokens_per_s`, `curve` ({steps, loss,
+val_steps, val_loss}), `grad_out_share` ({steps, share, smoothed} over the first
+`grad_share_steps`, or None), `probe` (its consistency, params, norm_frequency, drift and,
+for tied runs with an untied counterpart of the same mode and seed, `against`, alignment,
+knn_overlap, spectral_distance), `probe_dir`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tying.config import to_dict
+from tying.experiment.config import AnalysisSettings, ExperimentConfig, RunSpec
+from tying.experiment.runner import read_done
+from tying.train.metrics import read_metrics
+
+#: probe.json blocks copied into the per-run record.
+PROBE_KEYS = (
+    "model",
+    "consistency",
+    "params",
+    "norm_frequency",
+    "drift",
+    "against",
+    "alignment",
+    "knn_overlap",
+    "spectral_distance",
+    "errors",
+)
+
+
+def rolling_mean(values: list[float], window: int) -> list[float]:
+    """Trailing mean: out[i] = mean(values[max(0, i-window+1) : i+1])."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def run_summary(run_dir: str | Path, settings: AnalysisSettings) -> dict[str, Any]:
+    """Loss, validation, wall time, learning curve and gradient share of one finished run."""
+    rows = read_metrics(run_dir)
+    train_rows = [r for r in rows if r.get("loss") is not None and "lr" in r]
+    val_rows = [r for r in rows if r.get("val_loss") is not None]
+    if not train_rows:
+        raise ValueError(f"{run_dir}/metrics.jsonl has no training rows: did the run start?")
+    done = read_done(run_dir)
+    losses = [float(r["loss"]) for r in train_rows]
+    tail = losses[-settings.loss_window :]
+    speeds = [r["tokens_per_s"] for r in train_rows if r.get("tokens_per_s")]
+    share_rows = [
+        r
+        for r in train_rows
+        if r.get("grad_out_share") is not None and r["step"] <= settings.grad_share_steps
+    ]
+    share = None
+    if share_rows:
+        values = [float(r["grad_out_share"]) for r in share_rows]
+        share = {
+            "steps": [r["step"] for r in share_rows],
+            "share": values,
+            "smoothed": rolling_mean(values, settings.grad_share_window),
+            "window": settings.grad_share_window,
+        }
+    last_val = val_rows[-1] if val_rows else None
+    return {
+        "steps": train_rows[-1]["step"],
+        "tokens": train_rows[-1]["tokens"],
+        "final_train_loss": sum(tail) / len(tail),
+        "loss_window": len(tail),
+        "last_loss": losses[-1],
+        "val_loss": last_val["val_loss"] if last_val else None,
+        "val_ppl": last_val.get("val_ppl") if last_val else None,
+        "wall_time_s": done["result"]["elapsed_s"],
+        "tokens_per_s": sum(speeds) / len(speeds) if speeds else None,
+        "curve": {
+            "steps": [r["step"] for r in train_rows],
+            "loss": losses,
+            "val_steps": [r["step"] for r in val_rows],
+            "val_loss": [r["val_loss"] for r in val_rows],
+        },
+        "grad_out_share": share,
+    }
+
+
+def _probe(
+    spec: str,
+    out: Path,
+    settings: AnalysisSettings,
+    corpus: str | None,
+    against: str | None = None,
+    tokenizer: str | None = None,
+) -> dict[str, Any]:
+    from tying.probe import ProbeOptions, run_probe
+
+    options = ProbeOptions(
+        spec=spec,
+        against=against,
+        corpus=corpus,
+        corpus_tokens=settings.corpus_tokens,
+        k=settings.k,
+        spectral_k=settings.spectral_k,
+        n_components=settings.n_components,
+        maps=settings.maps,
+        skip=(*settings.skip, "spectra"),
+        tokenizer=tokenizer,
+    )
+    return run_probe(options, out).report
+
+
+def untied_counterpart(cfg: ExperimentConfig, spec: RunSpec) -> RunSpec | None:
+    """The untied run of the same mode and seed, for a tied run in a grid that has one."""
+    if spec.tie == "untied" or "untied" not in cfg.ties:
+        return None
+    return RunSpec(spec.mode, "untied", spec.seed)
+
+
+def _eval_text(cfg: ExperimentConfig) -> str | None:
+    """The text of the lens and norm-frequency: lens.data, else the runs' val_data."""
+    lens = cfg.lens_settings()
+    if lens.data:
+        return lens.data
+    val = cfg.train.get("val_data")
+    return str(val) if val else None
+
+
+def run_lens(
+    cfg: ExperimentConfig, specs: list[str], out: Path, progress: bool = True
+) -> list[dict[str, Any]]:
+    """`tying lens` on the given model specs; returns its lens.json records (in spec order)."""
+    from tying.commands import lens as lens_cmd
+
+    lens = cfg.lens_settings()
+    seq_len = lens.seq_len or int(cfg.train.get("seq_len", 256))
+    argv = [
+        *specs,
+        "--kind",
+        lens.kind,
+        "--out",
+        str(out),
+        "--max-tokens",
+        str(lens.max_tokens),
+        "--seq-len",
+        str(seq_len),
+        "--batch-size",
+        str(lens.batch_size),
+        "--train-steps",
+        str(lens.tuned_steps),
+        "--train-tokens-per-step",
+        str(max(seq_len, lens.tuned_tokens_per_step // seq_len * seq_len)),
+        "--precision",
+        "fp32",
+    ]
+    text = _eval_text(cfg)
+    if text:
+        argv += ["--data", text]
+    if not progress:
+        argv.append("--no-progress")
+    parser = argparse.ArgumentParser(prog="tying lens")
+    lens_cmd.add_arguments(parser)
+    status = lens_cmd.run(parser.parse_args(argv))
+    if status != 0:
+        raise RuntimeError(f"the lens evaluation failed (exit status {status}); see the messages")
+    return json.loads((out / "lens.json").read_text())["models"]
+
+
+def analyze(
+    cfg: ExperimentConfig, progress: bool = True, log: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """The report.json dict of a finished grid (probes and lens outputs under out_dir/analysis)."""
+    settings = cfg.analysis_settings()
+    root = cfg.root
+    analysis_dir = root / "analysis"
+    corpus = _eval_text(cfg)
+    teacher = None
+    if "teacher" in cfg.modes and settings.probe_teacher:
+        log(f"probe: teacher {cfg.teacher_model}")
+        teacher = _probe(cfg.teacher_model, analysis_dir / "probe" / "teacher", settings, corpus)
+    runs = []
+    for spec in cfg.runs():
+        run_dir = cfg.run_dir(spec)
+        record: dict[str, Any] = {
+            "name": spec.name,
+            "mode": spec.mode,
+            "tie": spec.tie,
+            "seed": spec.seed,
+            "run_dir": str(run_dir),
+        }
+        record.update(run_summary(run_dir, settings))
+        other = untied_counterpart(cfg, spec)
+        against = str(cfg.run_dir(other)) if other is not None else None
+        probe_dir = analysis_dir / "probe" / spec.name
+        log(f"probe: {spec.name}" + (f" against {other.name}" if other else ""))
+        probe = _probe(
+            str(run_dir),
+            probe_dir,
+            settings,
+            corpus,
+            against=against,
+        )
+        record["probe"] = {k: probe[k] for k in PROBE_KEYS if k in probe}
+        record["probe_dir"] = str(probe_dir)
+        runs.append(record)
+    lens_block = None
+    lens = cfg.lens_settings()
+    if lens.kind != "none":
+        specs = [r["run_dir"] for r in runs]
+        names = [r["name"] for r in runs]
+        if "teacher" in cfg.modes and lens.include_teacher:
+            specs, names = [cfg.teacher_model, *specs], ["teacher", *names]
+        log(f"lens ({lens.kind}): {len(specs)} models")
+        records = run_lens(cfg, specs, analysis_dir / "lens", progress=progress)
+        per_model = len(records) // len(specs)
+        for i, record in enumerate(records):
+            record["run"] = names[i // per_model]
+        lens_block = {"kind": lens.kind, "records": records}
+    return {
+        "name": cfg.name,
+        "config": to_dict(cfg),
+        "runs": runs,
+        "teacher": teacher,
+        "lens": lens_block,
+    }
+
+
+def finite(value: Any) -> Any:
+    """A JSON-safe copy (NaN/inf floats become None)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value

@@ -1,0 +1,157 @@
+"""Train the grid: one run folder per cell, resumable, finished runs skipped.
+
+Cells run in-process, one after another (`tying.train.loop.train`): simpler than a
+subprocess per cell and it shares the tokenized shards' cache; a failing cell raises and
+stops the grid, and the next invocation resumes it from its newest checkpoint.
+
+State of a cell's folder:
+
+- finished: `DONE.json` (the TrainResult and the config) is present and metrics.jsonl has
+  the final step -> skipped;
+- partial: checkpoints but no marker (a killed run) -> resumed with resume=true;
+- new: no checkpoint -> trained from the start (a metrics.jsonl without a checkpoint is
+  rewritten).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tying.config import ConfigError, to_dict
+from tying.experiment.config import ExperimentConfig, RunSpec
+from tying.train import checkpoint as ckpt
+from tying.train.config import TrainConfig
+from tying.train.metrics import METRICS_FILE, read_metrics
+
+DONE_FILE = "DONE.json"
+#: TrainConfig keys that may differ between the run that started a folder and a rerun.
+_VOLATILE = ("resume", "progress", "tensorboard")
+
+
+@dataclass
+class RunOutcome:
+    """What the grid did with one cell: state before ("new", "partial", "finished") and result."""
+
+    spec: RunSpec
+    run_dir: Path
+    state: str
+    result: dict[str, Any]
+
+
+def _comparable(cfg: TrainConfig | dict[str, Any]) -> dict[str, Any]:
+    data = to_dict(cfg) if isinstance(cfg, TrainConfig) else dict(cfg)
+    return {k: (str(v) if v is not None else None) for k, v in data.items() if k not in _VOLATILE}
+
+
+def run_state(run_dir: str | Path, max_steps: int) -> str:
+    """ "finished", "partial" or "new" (see the module docstring)."""
+    run_dir = Path(run_dir)
+    if (run_dir / DONE_FILE).is_file() and (run_dir / METRICS_FILE).is_file():
+        steps = [r["step"] for r in read_metrics(run_dir) if "loss" in r]
+        if steps and max(steps) >= max_steps:
+            return "finished"
+    return "partial" if ckpt.list_checkpoints(run_dir) else "new"
+
+
+def read_done(run_dir: str | Path) -> dict[str, Any]:
+    """The DONE.json marker of a finished run."""
+    path = Path(run_dir) / DONE_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: the run has not finished (run the grid)")
+    return json.loads(path.read_text())
+
+
+def _check_same_config(run_dir: Path, cfg: TrainConfig, keys: set[str]) -> None:
+    """Refuse to skip or resume a run whose folder was trained with other values of `keys`.
+
+    Only the keys the experiment sets are compared, so that a newer TrainConfig default (or
+    a new field) does not invalidate finished runs.
+    """
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return
+    import yaml
+
+    old = _comparable(yaml.safe_load(path.read_text()) or {})
+    new = _comparable(cfg)
+    diff = sorted(k for k in keys if k in new and old.get(k) != new[k])
+    if diff:
+        raise ConfigError(
+            f"{run_dir} was trained with other settings ({', '.join(diff)}); use another out_dir "
+            "or delete that run folder to retrain it"
+        )
+
+
+def train_cell(cfg: ExperimentConfig, spec: RunSpec, progress: bool = True) -> RunOutcome:
+    """Train (or resume, or skip) one cell; writes DONE.json when training returns."""
+    from tying.train.loop import train
+
+    train_cfg = cfg.train_config(spec)
+    train_cfg.progress = progress and train_cfg.progress
+    run_dir = cfg.run_dir(spec)
+    state = run_state(run_dir, train_cfg.max_steps)
+    if state != "new":
+        _check_same_config(run_dir, train_cfg, cfg.set_keys(spec))
+    if state == "finished":
+        return RunOutcome(spec, run_dir, state, read_done(run_dir)["result"])
+    train_cfg.resume = state == "partial"
+    result = train(train_cfg)
+    record = {
+        "steps": result.steps,
+        "tokens": result.tokens,
+        "final_loss": result.final_loss,
+        "val_loss": result.val_loss,
+        "elapsed_s": result.elapsed_s,
+    }
+    marker = {
+        "result": record,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "config": to_dict(train_cfg),
+    }
+    (run_dir / DONE_FILE).write_text(json.dumps(marker, indent=2, default=str) + "\n")
+    if not cfg.keep_optimizer_states:
+        prune_optimizer_states(run_dir)
+    return RunOutcome(spec, run_dir, state, record)
+
+
+def prune_optimizer_states(run_dir: str | Path) -> int:
+    """Delete optimizer.pt of every checkpoint but the newest; returns the bytes freed.
+
+    A finished run is never resumed from an older checkpoint, and drift reads only
+    model.safetensors, so the AdamW moments (2 × the weights) of older checkpoints are dead
+    weight: for SmolLM2-135M about 1.1 GB per checkpoint. The pruned checkpoints can no longer
+    be loaded with `load_checkpoint` (their weights stay readable).
+    """
+    found = ckpt.list_checkpoints(run_dir)
+    freed = 0
+    for folder in found[:-1]:
+        path = folder / "optimizer.pt"
+        if path.is_file():
+            freed += path.stat().st_size
+            path.unlink()
+    return freed
+
+
+def run_grid(
+    cfg: ExperimentConfig, progress: bool = True, log: Callable[[str], None] = print
+) -> list[RunOutcome]:
+    """Train every cell of the grid in order (finished ones skipped, partial ones resumed)."""
+    outcomes = []
+    specs = cfg.runs()
+    for i, spec in enumerate(specs, 1):
+        log(f"[{i}/{len(specs)}] {spec.name}")
+        outcome = train_cell(cfg, spec, progress=progress)
+        verb = {"finished": "already finished, skipped", "partial": "resumed and finished"}.get(
+            outcome.state, "trained"
+        )
+        log(
+            f"[{i}/{len(specs)}] {spec.name}: {verb} "
+            f"(loss {outcome.result['final_loss']:.4f}, {outcome.result['elapsed_s']:.1f} s)"
+        )
+        outcomes.append(outcome)
+    return outcomes

@@ -1,0 +1,66 @@
+"""`tying demo` end to end with a tiny teacher and a tiny budget."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from tying.train.metrics import read_metrics
+
+
+def _demo_args(small_corpus, tiny_teacher, out) -> list[str]:
+    return [
+        "--model",
+        str(tiny_teacher),
+        "--data",
+        str(small_corpus["train"]),
+        "--val-data",
+        str(small_corpus["val"]),
+        "--steps",
+        "4",
+        "--seq-len",
+        "32",
+        "--batch-tokens",
+        "128",
+        "--lens-tokens",
+        "256",
+        "--precision",
+        "fp32",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+
+
+def test_demo_cli(small_corpus, tiny_teacher, tmp_path, capsys) -> None:
+    from tying.commands import demo
+
+    parser = argparse.ArgumentParser()
+    demo.add_arguments(parser)
+    out = tmp_path / "demo"
+    assert demo.run(parser.parse_args(_demo_args(small_corpus, tiny_teacher, out))) == 0
+    printed = capsys.readouterr().out
+    assert str(out / "report.html") in printed and "teacher-pit-s0" in printed
+    report = json.loads((out / "report.json").read_text())
+    assert (out / "report.md").is_file() and (out / "report.html").is_file()
+    assert [r["name"] for r in report["runs"]] == ["teacher-tt-s0", "teacher-pit-s0"]
+    assert report["teacher"]["consistency"]["raw"]["delta_ti"] >= 0
+    assert "norm_frequency" in report["teacher"]
+    for run in report["runs"]:
+        rows = [r for r in read_metrics(run["run_dir"]) if "lr" in r]
+        assert run["last_loss"] == rows[-1]["loss"] and run["steps"] == 4
+        assert "grad_out_share" in rows[0]
+    pit = report["runs"][1]["probe"]["consistency"]["raw"]
+    assert pit["delta_ti"] == pytest.approx(0, abs=1e-3)  # PIT: W_out E = I by construction
+    assert [r["run"] for r in report["lens"]["records"]] == [
+        "teacher",
+        "teacher-tt-s0",
+        "teacher-pit-s0",
+    ]
+    # a second run skips the finished runs
+    mtime = (out / "runs" / "teacher-tt-s0" / "metrics.jsonl").stat().st_mtime_ns
+    assert demo.run(parser.parse_args(_demo_args(small_corpus, tiny_teacher, out))) == 0
+    assert "already finished" in capsys.readouterr().out
+    assert (out / "runs" / "teacher-tt-s0" / "metrics.jsonl").stat().st_mtime_ns == mtime
