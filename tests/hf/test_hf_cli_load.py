@@ -78,7 +78,7 @@ def test_cli_errors(tiny, tmp_path: Path, capsys: pytest.CaptureFixture) -> None
     assert _run(convert_cmd, ["x.gguf", "--tie", "tt", "--trainable-z", "--out", "o"]) == 2
     tiny.model("llama").save_pretrained(tmp_path / "plain")
     assert _run(export_cmd, [str(tmp_path / "plain"), "--out", str(tmp_path / "o")]) == 1
-    assert "not a converted model folder" in capsys.readouterr().err
+    assert "neither a converted model folder" in capsys.readouterr().err
 
 
 def test_load_spec_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -88,7 +88,7 @@ def test_errors_on_plain_folders(tiny, tmp_path: Path) -> None:
     assert not is_converted_folder(tmp_path)
     with pytest.raises(ValueError, match="not saved from a converted model"):
         from_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="not a converted model folder"):
+    with pytest.raises(ValueError, match="neither a converted model folder"):
         load_for_export(tmp_path)
     with pytest.raises(FileNotFoundError):
         from_pretrained(tmp_path / "missing")
