@@ -1,9 +1,74 @@
-"""Shared test settings."""
+"""Shared test settings and fixtures: a small real-text corpus with a 512-token BPE tokenizer,
+a per-session shard cache, and a tiny tied Llama teacher saved with that tokenizer."""
+
+from __future__ import annotations
+
+import json
+import lzma
+from pathlib import Path
 
 import pytest
 import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from tying.paths import gutenberg_validation
 
 
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory) -> dict[str, Path]:
+    """Train/validation .jsonl cut from the Gutenberg validation books, a 512-token BPE."""
+    root = tmp_path_factory.mktemp("corpus")
+    with lzma.open(gutenberg_validation(), "rt") as f:
+        text = json.loads(f.readline())["text"]
+    paragraphs = [p.strip() for p in text[:200_000].split("\n\n") if len(p.strip()) > 40]
+    train, val = paragraphs[: len(paragraphs) * 9 // 10], paragraphs[len(paragraphs) * 9 // 10 :]
+    for name, docs in (("train.jsonl", train), ("val.jsonl", val)):
+        (root / name).write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=512,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(train, trainer)
+    tok_dir = root / "tokenizer"
+    tok_dir.mkdir()
+    tok.save(str(tok_dir / "tokenizer.json"))
+    return {"train": root / "train.jsonl", "val": root / "val.jsonl", "tokenizer": tok_dir}
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path_factory, monkeypatch) -> None:
+    """Shards of test corpora go to a per-session temporary cache."""
+    monkeypatch.setenv("TYING_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+@pytest.fixture(scope="session")
+def tiny_teacher(small_corpus, tmp_path_factory) -> Path:
+    """A tied tiny Llama (d = 64 <= V = 512) saved with the small corpus's tokenizer."""
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    folder = tmp_path_factory.mktemp("teacher")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_file=str(small_corpus["tokenizer"] / "tokenizer.json"), eos_token="<|endoftext|>"
+    )
+    tok.save_pretrained(folder)
+    return folder

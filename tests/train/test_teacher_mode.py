@@ -17,30 +17,6 @@ from tying.train.metrics import read_metrics
 from .conftest import small_run
 
 
-@pytest.fixture(scope="module")
-def tiny_teacher(small_corpus, tmp_path_factory):
-    """A tied tiny Llama saved with the small corpus's 512-token tokenizer."""
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    folder = tmp_path_factory.mktemp("teacher")
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    )
-    LlamaForCausalLM(cfg).save_pretrained(folder)
-    tok = PreTrainedTokenizerFast(
-        tokenizer_file=str(small_corpus["tokenizer"] / "tokenizer.json"), eos_token="<|endoftext|>"
-    )
-    tok.save_pretrained(folder)
-    return folder
-
-
 @pytest.mark.parametrize("tie", ["tt", "pit"])
 def test_teacher_run_trains_and_exports(small_corpus, tiny_teacher, tmp_path, tie) -> None:
     run_dir = tmp_path / "run"
@@ -65,7 +41,9 @@ def test_teacher_run_trains_and_exports(small_corpus, tiny_teacher, tmp_path, ti
         "ids = torch.arange(0, 40).reshape(2, 20)\n"
         "print(json.dumps(m(input_ids=ids).logits.tolist()))\n"
     )
-    plain = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True)
+    plain = subprocess.run(
+        [sys.executable, "-c", probe], check=True, capture_output=True, text=True
+    )
     exported_logits = torch.tensor(json.loads(plain.stdout))
     from tying.train.restore import load_trained
 
