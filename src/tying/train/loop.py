@@ -138,9 +138,11 @@ def train(cfg: TrainConfig, setup: TrainingSetup | None = None) -> TrainResult:
     """
     # ------------------------------------------------------------------ setup
     info = init_distributed()
+    deterministic_before = torch.are_deterministic_algorithms_enabled()
     try:
         return _train(cfg, info, setup)
     finally:
+        torch.use_deterministic_algorithms(deterministic_before)
         cleanup(info)
 
 
@@ -313,6 +315,8 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
             progress.close()
         if logger is not None:
             logger.close()
+        if tracker is not None:
+            tracker.close()
     return TrainResult(
         run_dir=run_dir,
         steps=step,
