@@ -19,21 +19,27 @@ def _seed() -> None:
     torch.manual_seed(0)
 
 
-@pytest.fixture(scope="session")
-def small_corpus(tmp_path_factory) -> dict[str, Path]:
-    """Train/validation .jsonl cut from the Gutenberg validation books, a 512-token BPE."""
-    root = tmp_path_factory.mktemp("corpus")
+def cut_corpus(root: Path, chars: int, train_fraction: float, vocab_size: int) -> dict[str, Path]:
+    """Train/validation .jsonl cut from the first Gutenberg validation book, and a BPE tokenizer.
+
+    Args:
+        root: folder to write train.jsonl, val.jsonl and tokenizer/tokenizer.json into.
+        chars: characters of the book used; paragraphs over 40 characters become documents.
+        train_fraction: share of the paragraphs that go to train.jsonl (the rest: val.jsonl).
+        vocab_size: size of the byte-level BPE trained on the training paragraphs.
+    """
     with lzma.open(gutenberg_validation(), "rt") as f:
         text = json.loads(f.readline())["text"]
-    paragraphs = [p.strip() for p in text[:200_000].split("\n\n") if len(p.strip()) > 40]
-    train, val = paragraphs[: len(paragraphs) * 9 // 10], paragraphs[len(paragraphs) * 9 // 10 :]
+    paragraphs = [p.strip() for p in text[:chars].split("\n\n") if len(p.strip()) > 40]
+    cut = int(len(paragraphs) * train_fraction)
+    train, val = paragraphs[:cut], paragraphs[cut:]
     for name, docs in (("train.jsonl", train), ("val.jsonl", val)):
         (root / name).write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=512,
+        vocab_size=vocab_size,
         special_tokens=["<|endoftext|>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
@@ -42,6 +48,22 @@ def small_corpus(tmp_path_factory) -> dict[str, Path]:
     tok_dir.mkdir()
     tok.save(str(tok_dir / "tokenizer.json"))
     return {"train": root / "train.jsonl", "val": root / "val.jsonl", "tokenizer": tok_dir}
+
+
+@pytest.fixture(scope="session")
+def make_corpus(tmp_path_factory):
+    """Factory: `make_corpus(name, chars, train_fraction, vocab_size)` (see `cut_corpus`)."""
+
+    def make(name: str, chars: int, train_fraction: float, vocab_size: int) -> dict[str, Path]:
+        return cut_corpus(tmp_path_factory.mktemp(name), chars, train_fraction, vocab_size)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def small_corpus(make_corpus) -> dict[str, Path]:
+    """200k characters, 9/10 for training, a 512-token BPE."""
+    return make_corpus("corpus", 200_000, 0.9, 512)
 
 
 @pytest.fixture(autouse=True)

@@ -3,19 +3,16 @@ and a tiny training run folder with its corpus (no downloads)."""
 
 from __future__ import annotations
 
-import json
-import lzma
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, pre_tokenizers
 
 from tying.model.decoder import Decoder
 from tying.model.presets import preset_config
 from tying.models import LoadedModel, wrap_model
-from tying.paths import gutenberg_validation
 
 VOCAB = 64
 D = 64
@@ -133,28 +130,9 @@ def _cache_dir(lens_cache, monkeypatch) -> None:
 
 
 @pytest.fixture(scope="session")
-def tiny_corpus(tmp_path_factory) -> dict[str, Path]:
-    """Train/validation .jsonl files cut from a Gutenberg validation book, and a 300-token BPE."""
-    root = tmp_path_factory.mktemp("lens-corpus")
-    with lzma.open(gutenberg_validation(), "rt") as f:
-        text = json.loads(f.readline())["text"]
-    paragraphs = [p.strip() for p in text[:120_000].split("\n\n") if len(p.strip()) > 40]
-    cut = len(paragraphs) * 3 // 4
-    for name, docs in (("train.jsonl", paragraphs[:cut]), ("val.jsonl", paragraphs[cut:])):
-        (root / name).write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(paragraphs[:cut], trainer)
-    tok_dir = root / "tokenizer"
-    tok_dir.mkdir()
-    tok.save(str(tok_dir / "tokenizer.json"))
-    return {"train": root / "train.jsonl", "val": root / "val.jsonl", "tokenizer": tok_dir}
+def tiny_corpus(make_corpus) -> dict[str, Path]:
+    """120k characters of a Gutenberg validation book, 3/4 for training, a 300-token BPE."""
+    return make_corpus("lens-corpus", 120_000, 0.75, 300)
 
 
 @pytest.fixture(scope="session")

@@ -4,15 +4,11 @@ checkpoints, PIT), and tiny transformers Llama folders with partly overlapping v
 
 from __future__ import annotations
 
-import json
-import lzma
 from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-from tying.paths import gutenberg_validation
+from tokenizers import Tokenizer, models, pre_tokenizers
 
 #: BPE vocabulary of the tiny corpus (>= the tiny preset's d = 256: consistency needs V >= d).
 BPE_VOCAB = 300
@@ -32,28 +28,9 @@ def _cache_dir(probe_cache, monkeypatch) -> None:
 
 
 @pytest.fixture(scope="session")
-def probe_corpus(tmp_path_factory) -> dict[str, Path]:
-    """train.jsonl / val.jsonl cut from a Gutenberg validation book, and a 300-token BPE."""
-    root = tmp_path_factory.mktemp("probe-corpus")
-    with lzma.open(gutenberg_validation(), "rt") as f:
-        text = json.loads(f.readline())["text"]
-    paragraphs = [p.strip() for p in text[:100_000].split("\n\n") if len(p.strip()) > 40]
-    cut = len(paragraphs) * 3 // 4
-    for name, docs in (("train.jsonl", paragraphs[:cut]), ("val.jsonl", paragraphs[cut:])):
-        (root / name).write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=BPE_VOCAB,
-        special_tokens=["<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(paragraphs[:cut], trainer)
-    tok_dir = root / "tokenizer"
-    tok_dir.mkdir()
-    tok.save(str(tok_dir / "tokenizer.json"))
-    return {"train": root / "train.jsonl", "val": root / "val.jsonl", "tokenizer": tok_dir}
+def probe_corpus(make_corpus) -> dict[str, Path]:
+    """100k characters of a Gutenberg validation book, 3/4 for training, a BPE_VOCAB-token BPE."""
+    return make_corpus("probe-corpus", 100_000, 0.75, BPE_VOCAB)
 
 
 def _train(corpus: dict[str, Path], out: Path, cache: Path, **overrides) -> Path:
