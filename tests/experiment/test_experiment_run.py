@@ -38,6 +38,9 @@ def test_minimal_grid_report(small_corpus, tmp_path) -> None:
         assert [(c / "optimizer.pt").is_file() for c in checkpoints][-1]
         assert not any((c / "optimizer.pt").is_file() for c in checkpoints[:-1])
     tt = report["runs"][1]
+    by_tie = {r["tie"]: r for r in report["by_interface"]}
+    assert by_tie["tt"]["seeds"] == 1
+    assert by_tie["tt"]["final_train_loss_mean"] == tt["final_train_loss"]
     assert tt["grad_out_share"] is not None and 0 <= tt["grad_out_share"]["share"][0] <= 1
     assert "alignment" in tt["probe"] and "alignment" not in report["runs"][0]["probe"]
     # a TT model's raw input and output are one matrix: consistency is exact (docs/metrics.md)

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tying.experiment.analysis import rolling_mean
+from tying.experiment.analysis import seed_aggregates
 from tying.report import Column, Document, Figure, Table, format_value
 
 
@@ -55,11 +55,31 @@ def test_format_value() -> None:
     assert format_value(True) == "yes"
 
 
-@pytest.mark.parametrize("window", [1, 3, 10])
-def test_rolling_mean_matches_naive(window) -> None:
-    values = [float((i * 7) % 5) for i in range(12)]
-    naive = [
-        sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
-        for i in range(len(values))
+def test_seed_aggregates_group_by_mode_and_tie() -> None:
+    runs = [
+        {"mode": "scratch", "tie": tie, "seed": seed, "final_train_loss": loss, "val_loss": val}
+        for tie, seed, loss, val in [
+            ("tt", 0, 5.0, 5.5),
+            ("pit", 0, 6.0, None),
+            ("tt", 1, 4.0, 4.5),
+            ("pit", 1, 7.0, 6.25),
+        ]
     ]
-    assert rolling_mean(values, window) == pytest.approx(naive)
+    rows = seed_aggregates(runs)
+    assert [(r["mode"], r["tie"], r["seeds"]) for r in rows] == [
+        ("scratch", "tt", 2),
+        ("scratch", "pit", 2),
+    ]
+    tt, pit = rows
+    assert (
+        tt["final_train_loss_mean"],
+        tt["final_train_loss_min"],
+        tt["final_train_loss_max"],
+    ) == (
+        4.5,
+        4.0,
+        5.0,
+    )
+    assert tt["val_loss_mean"] == 5.0
+    assert (pit["val_loss_mean"], pit["val_loss_min"], pit["val_loss_max"]) == (6.25, 6.25, 6.25)
+    assert pit["val_ppl_mean"] is None

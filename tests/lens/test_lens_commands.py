@@ -12,6 +12,7 @@ from tying.commands import lens as lens_cmd
 from tying.commands import plot as plot_cmd
 from tying.commands import trace as trace_cmd
 from tying.lens import TunedLens
+from tying.train.metrics import metric_series, rolling_mean
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -106,8 +107,12 @@ def test_plot_verb(tmp_path, capsys) -> None:
     _fake_run(tmp_path / "b", shares[::-1])
     out = tmp_path / "share.png"
     argv = [tmp_path / "a", tmp_path / "b", "--metric", "grad_out_share", "--rolling", 20]
-    assert _run(plot_cmd, [*argv, "--out", out]) == 0
+    assert _run(plot_cmd, [*argv, "--out", out, "--json", tmp_path / "share.json"]) == 0
     assert out.read_bytes()[:8] == PNG
+    series = json.loads((tmp_path / "share.json").read_text())
+    assert [len(r["values"]) for r in series["runs"]] == [40, 40]
+    assert series["runs"][0]["values"] == pytest.approx(shares)
+    assert series["runs"][1]["rolling_mean"][-1] == pytest.approx(sum(shares[::-1][-20:]) / 20)
     printed = capsys.readouterr().out
     assert f"mean {sum(shares) / len(shares):.4g}" in printed
     assert _run(plot_cmd, [tmp_path / "a", "--metric", "loss", "--max-step", 10]) == 0
@@ -125,13 +130,13 @@ def test_rolling_mean_matches_naive_and_series_filters() -> None:
             / len(values[max(0, i - window + 1) : i + 1])
             for i in range(len(values))
         ]
-        assert plot_cmd.rolling_mean(values, window) == pytest.approx(naive)
+        assert rolling_mean(values, window) == pytest.approx(naive)
     rows = [
         {"step": 1, "m": 1.0},
         {"step": 2, "m": None},
         {"step": 3, "m": True},
         {"step": 4, "m": 2},
     ]
-    assert plot_cmd.metric_series(rows, "m") == ([1, 4], [1.0, 2.0])
+    assert metric_series(rows, "m") == ([1, 4], [1.0, 2.0])
     with pytest.raises(ValueError):
-        plot_cmd.rolling_mean(values, 0)
+        rolling_mean(values, 0)

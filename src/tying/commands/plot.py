@@ -11,7 +11,7 @@ OLMo-1B's first 1,000 steps).
 from __future__ import annotations
 
 import argparse
-import math
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,37 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", default=None, help="PNG to write (default: <first RUN>/plot-<metric>.png)"
     )
-
-
-def metric_series(
-    rows: Sequence[dict[str, Any]], metric: str, max_step: int | None = None
-) -> tuple[list[int], list[float]]:
-    """(steps, values) of the rows holding `metric` as a finite number (bools excluded)."""
-    steps, values = [], []
-    for row in rows:
-        value = row.get(metric)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        if not math.isfinite(value) or "step" not in row:
-            continue
-        if max_step is not None and row["step"] > max_step:
-            continue
-        steps.append(int(row["step"]))
-        values.append(float(value))
-    return steps, values
-
-
-def rolling_mean(values: Sequence[float], window: int) -> list[float]:
-    """Trailing mean: out[i] = mean(values[max(0, i − window + 1) : i + 1])."""
-    if window < 1:
-        raise ValueError(f"the rolling window must be >= 1, got {window}")
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
+    parser.add_argument(
+        "--json",
+        default=None,
+        metavar="PATH",
+        help="also write the plotted series (steps, values, rolling mean per run) as JSON",
+    )
 
 
 def numeric_metrics(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -79,7 +54,7 @@ def numeric_metrics(rows: Sequence[dict[str, Any]]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from matplotlib.figure import Figure
 
-    from tying.train.metrics import read_metrics
+    from tying.train.metrics import metric_series, read_metrics, rolling_mean
 
     if args.rolling < 1:
         print("tying plot: error: --rolling must be >= 1", file=sys.stderr)
@@ -123,4 +98,17 @@ def run(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
     print(f"wrote {out}")
+    if args.json:
+        data = {
+            "metric": args.metric,
+            "rolling": args.rolling,
+            "runs": [
+                {"run": str(run_dir), "steps": steps, "values": values, "rolling_mean": smooth}
+                for run_dir, steps, values, smooth in series
+            ],
+        }
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"wrote {path}")
     return 0

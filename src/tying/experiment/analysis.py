@@ -4,7 +4,8 @@ Everything comes from files the runs wrote (metrics.jsonl, DONE.json, checkpoint
 `tying.probe.run_probe` (consistency, parameters, norm-frequency, drift and the tied-vs-untied
 comparisons) and `tying lens` (KL per layer). The result is the `report.json` dict:
 
-    {"name", "config", "runs": [per-run record], "teacher": probe.json of the teacher | None,
+    {"name", "config", "runs": [per-run record], "by_interface": [seed aggregate],
+     "teacher": probe.json of the teacher | None,
      "lens": {"kind", "records": [lens.json records]} | None, "figures": {name: file}}
 
 Per-run record: `name`, `mode`, `tie`, `seed`, `run_dir`, `steps`, `tokens`,
@@ -14,6 +15,9 @@ val_steps, val_loss}), `grad_out_share` ({steps, share, smoothed} over the first
 `grad_share_steps`, or None), `probe` (its consistency, params, norm_frequency, drift and,
 for tied runs with an untied counterpart of the same mode and seed, `against`, alignment,
 knn_overlap, spectral_distance), `probe_dir`.
+
+Seed aggregate (one per mode × tie): `mode`, `tie`, `seeds` (count), and for each of
+`final_train_loss`, `val_loss` and `val_ppl` the `*_mean`, `*_min` and `*_max` over seeds.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any
 from tying.config import to_dict
 from tying.experiment.config import AnalysisSettings, ExperimentConfig, RunSpec
 from tying.experiment.runner import read_done
-from tying.train.metrics import read_metrics
+from tying.train.metrics import read_metrics, rolling_mean
 
 #: probe.json blocks copied into the per-run record.
 PROBE_KEYS = (
@@ -45,15 +49,29 @@ PROBE_KEYS = (
 )
 
 
-def rolling_mean(values: list[float], window: int) -> list[float]:
-    """Trailing mean: out[i] = mean(values[max(0, i-window+1) : i+1])."""
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
+#: Per-run quantities aggregated over seeds in `by_interface`.
+SEED_KEYS = ("final_train_loss", "val_loss", "val_ppl")
+
+
+def seed_aggregates(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean, min and max over seeds of SEED_KEYS, one row per (mode, tie) in grid order.
+
+    A run whose value is None (e.g. no validation) is left out of that key's statistics; a
+    key no run has gives None.
+    """
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault((run["mode"], run["tie"]), []).append(run)
+    rows = []
+    for (mode, tie), members in groups.items():
+        row: dict[str, Any] = {"mode": mode, "tie": tie, "seeds": len(members)}
+        for key in SEED_KEYS:
+            values = [r[key] for r in members if r.get(key) is not None]
+            row[f"{key}_mean"] = sum(values) / len(values) if values else None
+            row[f"{key}_min"] = min(values) if values else None
+            row[f"{key}_max"] = max(values) if values else None
+        rows.append(row)
+    return rows
 
 
 def run_summary(run_dir: str | Path, settings: AnalysisSettings) -> dict[str, Any]:
@@ -237,6 +255,7 @@ def analyze(
         "name": cfg.name,
         "config": to_dict(cfg),
         "runs": runs,
+        "by_interface": seed_aggregates(runs),
         "teacher": teacher,
         "lens": lens_block,
     }

@@ -34,6 +34,17 @@ def _loss_table(runs: list[dict[str, Any]]) -> Table:
     )
 
 
+def _seed_table(rows: list[dict[str, Any]]) -> Table:
+    cols = [Column("mode", "mode"), Column("tie", "tie"), Column("seeds", "seeds")]
+    for key, title in (("final_train_loss", "final train loss"), ("val_loss", "val loss")):
+        cols += [
+            Column(f"{key}_mean", f"{title} mean", "nats/token"),
+            Column(f"{key}_min", "min"),
+            Column(f"{key}_max", "max"),
+        ]
+    return Table(cols, rows, title="Across seeds: mean and range per interface")
+
+
 def _consistency_rows(runs: list[dict[str, Any]], teacher: dict | None) -> list[dict[str, Any]]:
     rows = []
     models = ([("teacher", teacher)] if teacher else []) + [(r["name"], r["probe"]) for r in runs]
@@ -108,6 +119,8 @@ def build_document(report: dict[str, Any], out_dir: Path) -> Document:
     )
     sec = doc.section("Training (PIT Table 1, Figures 3–4)")
     sec.add(_loss_table(runs))
+    if len(cfg["seeds"]) > 1 and report.get("by_interface"):
+        sec.add(_seed_table(report["by_interface"]))
     for mode in cfg["modes"]:
         chosen = [r for r in runs if r["mode"] == mode]
         path = plots.plot_learning_curves(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,41 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return rows
+
+
+def metric_series(
+    rows: Sequence[dict[str, Any]], metric: str, max_step: int | None = None
+) -> tuple[list[int], list[float]]:
+    """(steps, values) of the rows holding `metric` as a finite number (bools excluded)."""
+    steps, values = [], []
+    for row in rows:
+        value = row.get(metric)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not math.isfinite(value) or "step" not in row:
+            continue
+        if max_step is not None and row["step"] > max_step:
+            continue
+        steps.append(int(row["step"]))
+        values.append(float(value))
+    return steps, values
+
+
+def rolling_mean(values: Sequence[float], window: int) -> list[float]:
+    """Trailing mean: out[i] = mean(values[max(0, i − window + 1) : i + 1]).
+
+    Raises:
+        ValueError: window < 1.
+    """
+    if window < 1:
+        raise ValueError(f"the rolling window must be >= 1, got {window}")
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
 
 
 class MetricsLogger:
