@@ -117,6 +117,9 @@ def test_plot_verb(tmp_path, capsys) -> None:
     assert f"mean {sum(shares) / len(shares):.4g}" in printed
     assert _run(plot_cmd, [tmp_path / "a", "--metric", "loss", "--max-step", 10]) == 0
     assert (tmp_path / "a" / "plot-loss.png").read_bytes()[:8] == PNG
+    assert _run(plot_cmd, [tmp_path / "a", "--metric", "loss", "--ylim", 4, 5]) == 0
+    assert _run(plot_cmd, [tmp_path / "a", "--metric", "loss", "--ylim", 5, 4]) == 2
+    assert "LOW < HIGH" in capsys.readouterr().err
     assert _run(plot_cmd, [tmp_path / "a", "--metric", "nope"]) == 2
     err = capsys.readouterr().err
     assert "no values of 'nope'" in err and "grad_out_share, loss, val_loss" in err

@@ -33,6 +33,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", default=None, help="PNG to write (default: <first RUN>/plot-<metric>.png)"
     )
     parser.add_argument(
+        "--ylim",
+        type=float,
+        nargs=2,
+        default=None,
+        metavar=("LOW", "HIGH"),
+        help="y-axis range (e.g. to see one run's detail beside a far-off one)",
+    )
+    parser.add_argument(
         "--json",
         default=None,
         metavar="PATH",
@@ -90,6 +98,12 @@ def run(args: argparse.Namespace) -> int:
     ax.set_xlabel("step")
     ylabel = args.metric + (f" (rolling mean of {args.rolling})" if args.rolling > 1 else "")
     ax.set_ylabel(ylabel)
+    if args.ylim is not None:
+        low, high = args.ylim
+        if not low < high:
+            print(f"tying plot: error: --ylim needs LOW < HIGH, got {low} {high}", file=sys.stderr)
+            return 2
+        ax.set_ylim(low, high)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(args.metric)

@@ -175,8 +175,12 @@ def build_document(report: dict[str, Any], out_dir: Path) -> Document:
 
         sec = doc.section("Lens KL per layer (weight-tying-bias Figure 2)")
         records = [{**r, "name": r["run"]} for r in lens["records"]]
-        path = plot_lens_kl(records, figures / "lens.png")
-        sec.add(Figure(path, f"KL(final ‖ {lens['kind']} lens) per layer, bits/token"))
+        kinds = list(dict.fromkeys(r["kind"] for r in records))
+        for kind in kinds:  # one figure per lens kind ("both": logit and tuned)
+            name = "lens.png" if len(kinds) == 1 else f"lens_{kind}.png"
+            chosen = [r for r in records if r["kind"] == kind]
+            path = plot_lens_kl(chosen, figures / name, title=f"KL(final ‖ {kind} lens) per layer")
+            sec.add(Figure(path, f"KL(final ‖ {kind} lens) per layer, bits/token"))
         n = max(len(r["kl"]) for r in records)
         cols = [Column("name", "model"), Column("kind", "lens")]
         cols += [Column(f"e{i}", "emb" if i == 0 else str(i)) for i in range(n)]
