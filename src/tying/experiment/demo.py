@@ -5,13 +5,13 @@
    pretraining each for the same token budget, tracking gradient paths; 3. runs the logit lens
    on the teacher and both runs, probes both; 4. writes report.html/.md/.json.
 
-Sizing (2 CPU cores, measured with `tying demo --steps 3` while another job held one core):
-SmolLM2-135M steps of 2,048 tokens ran at 34-50 tokens/s contended and 410 tokens/s once the
-other job eased (the first step of each run also pays ~50 s of warm-up); the logit lens took
-92-100 s per model on 2,048 tokens; that whole 3-step demo took 12 min wall. At ~400 tokens/s
-the default 49,152 tokens per run (24 steps) add about 2 × 2 min: 10-15 minutes in all on 2
-idle cores. Disk: each checkpoint of a SmolLM2 run holds 0.54 GB of fp32 weights (+1.1 GB of
-optimizer state in the newest only, see `keep_optimizer_states`): about 5.5 GB for the demo.
+Sizing, measured on 2 idle cores (2026-11-22, `time tying demo`, the validation shards and
+the converted GGUF already cached): 9 min 25 s in all. TT trained 24 steps of 2,048 tokens
+in 197 s (288 tokens/s, the first step pays the warm-up), PIT in 143 s (396 tokens/s: Z is
+frozen in teacher mode); the logit lens took 42-55 s per model on 2,048 positions; the
+probes took the rest. Disk: each checkpoint of a SmolLM2 run holds 0.54 GB of fp32 weights
+(+1.1 GB of optimizer state in the newest only, see `keep_optimizer_states`): 4.9 GB for
+the demo.
 """
 
 from __future__ import annotations
