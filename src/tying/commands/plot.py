@@ -67,6 +67,10 @@ def run(args: argparse.Namespace) -> int:
     if args.rolling < 1:
         print("tying plot: error: --rolling must be >= 1", file=sys.stderr)
         return 2
+    if args.ylim is not None and not args.ylim[0] < args.ylim[1]:
+        low, high = args.ylim
+        print(f"tying plot: error: --ylim needs LOW < HIGH, got {low} {high}", file=sys.stderr)
+        return 2
     series = []
     for run_dir in args.runs:
         rows = read_metrics(run_dir)
@@ -99,11 +103,7 @@ def run(args: argparse.Namespace) -> int:
     ylabel = args.metric + (f" (rolling mean of {args.rolling})" if args.rolling > 1 else "")
     ax.set_ylabel(ylabel)
     if args.ylim is not None:
-        low, high = args.ylim
-        if not low < high:
-            print(f"tying plot: error: --ylim needs LOW < HIGH, got {low} {high}", file=sys.stderr)
-            return 2
-        ax.set_ylim(low, high)
+        ax.set_ylim(*args.ylim)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(args.metric)
