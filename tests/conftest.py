@@ -1,5 +1,6 @@
 """Shared test settings and fixtures: a small real-text corpus with a 512-token BPE tokenizer,
-a per-session shard cache, and a tiny tied Llama teacher saved with that tokenizer."""
+a per-session shard cache, and a tiny tied Llama teacher saved with that tokenizer; plain
+helpers for random tiny Llamas and word-level tokenizers (import with `from ..conftest`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,60 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from tying.paths import gutenberg_validation
+
+
+def word_vocab(vocab_size: int, shift: int = 0) -> dict[str, int]:
+    """ "[UNK]", "[PAD]", "</s>" at ids 0-2, then words "w{i + shift}" at ids i = 3..V-1."""
+    vocab = {"[UNK]": 0, "[PAD]": 1, "</s>": 2}
+    vocab.update({f"w{i + shift}": i for i in range(3, vocab_size)})
+    return vocab
+
+
+def word_tokenizer(vocab_size: int, shift: int = 0):
+    """A word-level fast tokenizer over `word_vocab(vocab_size, shift)`, EOS "</s>"."""
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel(word_vocab(vocab_size, shift), unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", eos_token="</s>"
+    )
+
+
+def random_llama(
+    vocab_size: int,
+    hidden_size: int,
+    intermediate_size: int,
+    max_positions: int,
+    *,
+    tied: bool,
+    pad_token_id: int,
+    seed: int = 0,
+):
+    """A random 2-layer LlamaForCausalLM (4 heads, 2 KV heads, bos 1, eos 2), float32, with its
+    norm gains perturbed by 0.1·N(0, 1) so that the final-norm gain is not the identity."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=tied,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=pad_token_id,
+    )
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    return model
 
 
 @pytest.fixture(autouse=True)

@@ -8,11 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from tokenizers import Tokenizer, pre_tokenizers
 
 from tying.model.decoder import Decoder
 from tying.model.presets import preset_config
 from tying.models import LoadedModel, wrap_model
+
+from ..conftest import random_llama, word_tokenizer  # noqa: F401 (re-exported to the tests)
 
 VOCAB = 64
 D = 64
@@ -80,41 +81,7 @@ def loaded(model: torch.nn.Module, name: str = "tiny") -> LoadedModel:
 def tiny_llama(tied: bool = True, vocab_size: int = 96, seed: int = 0):
     """A random 2-layer LlamaForCausalLM (d = 64, V = 96 > d: PIT needs a full-rank E with its
     zero padding row), norm gains perturbed, eval mode, float32."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=D,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=tied,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.add_(0.1 * torch.randn_like(p))
-    return model.eval()
-
-
-def word_tokenizer(vocab_size: int = VOCAB):
-    """A word-level fast tokenizer ("[UNK]", "[PAD]", "</s>", "w3", ...) with EOS "</s>"."""
-    from tokenizers import models as tmodels
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"[UNK]": 0, "[PAD]": 1, "</s>": 2, **{f"w{i}": i for i in range(3, vocab_size)}}
-    backend = Tokenizer(tmodels.WordLevel(vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", eos_token="</s>"
-    )
+    return random_llama(vocab_size, D, 128, 128, tied=tied, pad_token_id=0, seed=seed).eval()
 
 
 @pytest.fixture(scope="session")

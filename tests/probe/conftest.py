@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
+
+from ..conftest import random_llama, word_tokenizer, word_vocab  # noqa: F401 (re-exported)
 
 #: BPE vocabulary of the tiny corpus (>= the tiny preset's d = 256: consistency needs V >= d).
 BPE_VOCAB = 300
@@ -78,50 +79,12 @@ def pit_run(probe_corpus, probe_cache, tmp_path_factory) -> Path:
     return _train(probe_corpus, out, probe_cache, max_steps=2, tie="pit")
 
 
-def word_vocab(vocab_size: int, shift: int) -> dict[str, int]:
-    """ "[UNK]", "[PAD]", "</s>" at ids 0-2, then words "w{i + shift}" at ids i = 3..V-1."""
-    vocab = {"[UNK]": 0, "[PAD]": 1, "</s>": 2}
-    vocab.update({f"w{i + shift}": i for i in range(3, vocab_size)})
-    return vocab
-
-
-def word_tokenizer(vocab_size: int, shift: int = 0):
-    """A word-level fast tokenizer over `word_vocab(vocab_size, shift)`, EOS "</s>"."""
-    from transformers import PreTrainedTokenizerFast
-
-    backend = Tokenizer(models.WordLevel(word_vocab(vocab_size, shift), unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", eos_token="</s>"
-    )
-
-
 def llama_folder(
     folder: Path, *, vocab_size: int, tied: bool, shift: int = 0, seed: int = 0, tokenizer=True
 ) -> Path:
     """Save a random 2-layer LlamaForCausalLM (d = 32, norm gains perturbed) with a word
     tokenizer into `folder` (plain transformers format, not converted)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=LLAMA_D,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=tied,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=1,
-    )
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.add_(0.1 * torch.randn_like(p))
+    model = random_llama(vocab_size, LLAMA_D, 64, 64, tied=tied, pad_token_id=1, seed=seed)
     model.save_pretrained(folder)
     if tokenizer:
         word_tokenizer(vocab_size, shift).save_pretrained(folder)
