@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 
 import pytest
 import torch
 
-from tying.commands import probe as probe_verb
+from tying.cli import main
 from tying.data.tokenizer import load_tokenizer
 from tying.probe import parse_skip
 from tying.probe.corpus import corpus_token_counts
 
 
 def _run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser()
-    probe_verb.add_arguments(parser)
-    return probe_verb.run(parser.parse_args(argv))
+    return main(["probe", *argv])
 
 
 def test_cli_writes_json_markdown_and_plots(tt_run, probe_corpus, tmp_path, capsys) -> None:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tying.analysis import alignment, knn_overlap, spectral_distance
-from tying.models import load_any
+from tying.loader import load_any
 from tying.probe import ProbeOptions, interface_matrices, run_probe
 from tying.probe.compare import MATRIX_NAMES, pairs_of, vocab_match
 

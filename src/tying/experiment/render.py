@@ -35,7 +35,12 @@ def _loss_table(runs: list[dict[str, Any]]) -> Table:
 
 
 def _seed_table(rows: list[dict[str, Any]]) -> Table:
-    cols = [Column("mode", "mode"), Column("tie", "tie"), Column("seeds", "seeds")]
+    cols = [
+        Column("mode", "mode"),
+        Column("label", "run"),
+        Column("tie", "tie"),
+        Column("seeds", "seeds"),
+    ]
     for key, title in (("final_train_loss", "final train loss"), ("val_loss", "val loss")):
         cols += [
             Column(f"{key}_mean", f"{title} mean", "nats/token"),

@@ -21,12 +21,13 @@ triangle is unused and stays zero). E and W_out are rebuilt from them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tying.interface.base import TokenInterface
+from tying.interface.base import SOURCES, GradientSplit, TeacherConversion, TokenInterface
 from tying.interface.linalg import (
     check_finite_matrix,
     cholesky_lower,
@@ -36,6 +37,8 @@ from tying.interface.linalg import (
 )
 
 T_INITS = ("identity", "output", "input")
+#: t_init of a conversion when none is given: "output" keeps the teacher's head (its logits).
+DEFAULT_T_INIT = "output"
 DIAG_ACTIVATIONS = ("exp", "softplus")
 
 
@@ -62,6 +65,15 @@ class PseudoInverseTying(TokenInterface):
         ortho_atol: tolerance of the check max|Z^T Z − I| ≤ ortho_atol.
         retraction_eps: ridge in the polar retraction Z (Z^T Z + eps I)^{-1/2}.
     """
+
+    tie = "pit"
+    vocab_tensors = ("z",)
+    config_options = {  # noqa: RUF012
+        "pit_trainable_z": "trainable_z",
+        "pit_diag_activation": "diag_activation",
+        "pit_diag_clamp": "diag_clamp",
+        "t_init": "t_init",
+    }
 
     def __init__(
         self,
@@ -131,16 +143,128 @@ class PseudoInverseTying(TokenInterface):
         cls,
         vocab_size: int,
         d_model: int,
+        *,
         generator: torch.Generator | None = None,
+        init_std: float = 0.02,
         dtype: torch.dtype = torch.float32,
-        **options,
+        trainable_z: bool = False,
+        diag_activation: str = "exp",
+        diag_clamp: tuple[float, float] | None = None,
+        bias: Tensor | None = None,
+        loss_chunk_size: int | None = None,
+        retraction_eps: float = 0.0,
     ) -> PseudoInverseTying:
         """Z from the thin QR of a Gaussian (signs fixed: deterministic), L = I (T = I, E = Z).
 
-        `options` are the constructor's keyword arguments (trainable_z, ...).
+        `init_std` is unused (Z is orthonormal, T = I); the other keywords are the constructor's.
         """
         Z = orthonormal_from_gaussian(vocab_size, d_model, generator).to(dtype)
-        return cls(Z, torch.eye(d_model, dtype=dtype), **options)
+        return cls(
+            Z,
+            torch.eye(d_model, dtype=dtype),
+            trainable_z=trainable_z,
+            diag_activation=diag_activation,
+            diag_clamp=diag_clamp,
+            bias=bias,
+            loss_chunk_size=loss_chunk_size,
+            retraction_eps=retraction_eps,
+        )
+
+    @classmethod
+    def placeholder(
+        cls, vocab_size: int, d_model: int, *, dtype: torch.dtype, bias: bool, **options: Any
+    ) -> PseudoInverseTying:
+        """Z = the first d columns of the identity, L = I (valid, cheap)."""
+        if options.get("diag_clamp") is not None:
+            options["diag_clamp"] = tuple(options["diag_clamp"])
+        b = torch.zeros(vocab_size, dtype=dtype) if bias else None
+        Z = torch.eye(vocab_size, d_model, dtype=dtype)
+        return cls(Z, torch.eye(d_model, dtype=dtype), bias=b, **options)
+
+    @classmethod
+    def from_teacher_matrices(
+        cls,
+        E0: Tensor,
+        U0: Tensor,
+        *,
+        bias: Tensor | None,
+        teacher_tied: bool,
+        source: str | None = None,
+        t_init: str | None = None,
+        rank_rtol: float | None = None,
+        trainable_z: bool = False,
+        diag_activation: str = "exp",
+        diag_clamp: tuple[float, float] | None = None,
+        retraction_eps: float = 0.0,
+        loss_chunk_size: int | None = None,
+    ) -> TeacherConversion:
+        """`from_teacher(M, t_init)` with M = U0 or E0 by `source`.
+
+        Built in float32 (float64 for a float64 M), then cast to M's dtype. Since W_out·E = I_d,
+        PIT keeps exactly one side of the teacher unless M has orthonormal columns:
+        t_init="output" keeps the head (W_out = U0^T when M = U0), "input" keeps the embedding
+        (E = E0 when M = E0), "identity" takes Z = the polar factor of M and T = I. By default
+        M follows t_init: U0 for "output", E0 for "input" and "identity".
+        """
+        if source is not None and source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES} or None, got {source!r}")
+        t_init = t_init or DEFAULT_T_INIT
+        if t_init not in T_INITS:
+            raise ValueError(f"t_init must be one of {T_INITS}, got {t_init!r}")
+        source = source or ("output" if t_init == "output" else "input")
+        M = E0 if source == "input" else U0
+        work = torch.float64 if M.dtype == torch.float64 else torch.float32
+        pit = cls.from_teacher(
+            M.to(work),
+            t_init,
+            dtype=work,
+            rank_rtol=rank_rtol,
+            bias=None if bias is None else bias.to(work),
+            trainable_z=trainable_z,
+            diag_activation=diag_activation,
+            diag_clamp=diag_clamp,
+            retraction_eps=retraction_eps,
+            loss_chunk_size=loss_chunk_size,
+        ).to(device=M.device, dtype=M.dtype)
+        notes = []
+        if M.dtype in (torch.float16, torch.bfloat16):
+            notes.append(
+                f"Z is stored in {M.dtype}: its columns are orthonormal only to that precision; "
+                "load the model in float32 to convert exactly"
+            )
+        return TeacherConversion(pit, source, M, notes, {"t_init": t_init})
+
+    @classmethod
+    def count_parameters(cls, vocab_size: int, d_model: int) -> int:
+        """V·d (Z) + d(d+1)/2 (the free entries of the triangular L)."""
+        return vocab_size * d_model + d_model * (d_model + 1) // 2
+
+    @classmethod
+    def stored_elements(cls, vocab_size: int, d_model: int) -> int:
+        """V·d + d²: L's parameter is stored as a full d×d matrix (strict upper triangle unused)."""
+        return vocab_size * d_model + d_model * d_model
+
+    def options(self) -> dict[str, Any]:
+        return {
+            **super().options(),
+            "trainable_z": self.trainable_z,
+            "diag_activation": self.diag_activation,
+            "diag_clamp": list(self.diag_clamp) if self.diag_clamp else None,
+            "retraction_eps": self.retraction_eps,
+        }
+
+    def gradient_splits(self) -> list[GradientSplit]:
+        """L's input- against output-side gradient (primary, also as `L`), then Z's if trained."""
+        splits = [
+            GradientSplit("", "l_param", "l_param", shared=True),
+            GradientSplit("L", "l_param", "l_param", shared=True),
+        ]
+        if self.trainable_z:
+            splits.append(GradientSplit("Z", "z", "z", shared=True))
+        return splits
+
+    def rows_parameter(self) -> str | None:
+        return "z" if self.trainable_z else None
 
     @classmethod
     def from_teacher(
@@ -243,6 +367,15 @@ class PseudoInverseTying(TokenInterface):
         """E = Z T^{-1}, (V, d), by triangular solves on all rows."""
         return self._apply_inverse_transform(self.z, self.cholesky_factor()).to(self.z.dtype)
 
+    @torch.no_grad()
+    def analysis_matrices(self) -> tuple[Tensor, Tensor]:
+        """(E, U) computed in float64 on the CPU (W_out·E = I to float64 rounding)."""
+        Z = self.z.detach().cpu().to(torch.float64)
+        L = self.cholesky_factor(self.l_param.detach().cpu().to(torch.float64))
+        Y = torch.linalg.solve_triangular(L.T, Z, upper=True, left=False)
+        E = torch.linalg.solve_triangular(L, Y, upper=False, left=False)
+        return E, (Z @ L) @ L.T
+
     def unembedding_matrix(self) -> Tensor:
         """U = W_out^T = Z T, (V, d)."""
         L = self.cholesky_factor()
@@ -251,8 +384,7 @@ class PseudoInverseTying(TokenInterface):
     def num_parameters(self) -> int:
         """V·d (Z) + d(d+1)/2 (the free entries of L) + V if there is an output bias."""
         bias = self.vocab_size if self.bias is not None else 0
-        d = self.d_model
-        return self.vocab_size * d + d * (d + 1) // 2 + bias
+        return self.count_parameters(self.vocab_size, self.d_model) + bias
 
     # ---------------------------------------------------------- training helpers
     @torch.no_grad()

@@ -174,9 +174,9 @@ def _comparison(data: dict[str, Any]) -> list[str]:
     blocks = [data[k] for k in ("alignment", "knn_overlap", "spectral_distance") if k in data]
     maps = next((blk["maps"] for blk in blocks if "maps" in blk), "raw")
     for label, info in (("A", data["model"]), ("B", b)):
-        if info["tie"] == "tt" and maps == "raw":
+        if info["shares_matrix"] and maps == "raw":
             lines += [
-                f"{label} is transpose-tied: {label}.input and {label}.output are one matrix.",
+                f"{label} is tied ({info['tie']}): {label}.input and {label}.output are one matrix.",
                 "",
             ]
     if "alignment" in data:

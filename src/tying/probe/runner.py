@@ -20,10 +20,11 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
+from tying.config import positional
 from tying.probe import compare
 from tying.probe.matrices import MAPS, InterfaceMatrices, interface_matrices, model_info
 from tying.probe.stages import Log, Stages, quiet_log
@@ -79,7 +80,7 @@ class ProbeOptions:
         against: a second model to compare with (None: no comparison).
         corpus: text for the token counts of norm_frequency (None: the Gutenberg validation
             books).
-        corpus_tokens: tokens counted from the corpus (None: all).
+        corpus_tokens: tokens counted from the corpus (null or 0 = all).
         min_count: tokens seen fewer times are left out of norm_frequency.
         k: neighbours of the KNN@k overlap.
         spectral_k: neighbours of the spectral distance's kNN graphs.
@@ -87,11 +88,14 @@ class ProbeOptions:
         maps: matrices the comparisons use, "raw" (E, U) or "effective" (s·E, U diag(g)).
         pairs: "all" six pairs of {A,B}.{input,output}, or "cross" (A.x vs B.y only).
         skip: blocks left out (see BLOCKS): names, or one "a,b" string (aliases allowed).
-        tokenizer, against_tokenizer: override the models' tokenizers (load_tokenizer specs).
-        dtype: dtype the weights are loaded in (the probe computes in float32/float64).
+        tokenizer: override the model's tokenizer (a tokenizer spec).
+        against_tokenizer: override the second model's tokenizer.
+        load_dtype: float32, bfloat16 or float16, the dtype the weights are loaded in (every
+            metric runs in float32/float64).
+        out: output folder (probe.json, probe.md, probe.html, PNGs); null = probe-<name>.
     """
 
-    spec: str
+    spec: str = positional()
     against: str | None = None
     corpus: str | None = None
     corpus_tokens: int | None = 200_000
@@ -104,13 +108,16 @@ class ProbeOptions:
     skip: frozenset[str] | str = field(default_factory=frozenset)
     tokenizer: str | None = None
     against_tokenizer: str | None = None
-    dtype: torch.dtype = torch.float32
+    load_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    out: str | None = None
 
     def __post_init__(self) -> None:
         self.skip = parse_skip(self.skip if isinstance(self.skip, str) else tuple(self.skip))
         for name in ("k", "spectral_k", "n_components", "min_count"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.corpus_tokens == 0:  # 0 = all, as in the CLI of tying 0.1
+            self.corpus_tokens = None
         if self.corpus_tokens is not None and self.corpus_tokens < 1:
             raise ValueError(f"corpus_tokens must be >= 1 or None, got {self.corpus_tokens}")
         if self.maps not in MAPS:
@@ -159,7 +166,7 @@ def _compute(report: _Report, skip: frozenset[str], name: str, fn: Any, detail: 
 
 
 def _load(spec: str, tokenizer: str | None, dtype: torch.dtype) -> Any:
-    from tying.models import load_any
+    from tying.loader import load_any
 
     return load_any(spec, dtype=dtype, tokenizer=tokenizer)
 
@@ -171,7 +178,7 @@ def _single_model(options: ProbeOptions, report: _Report, figures: _Figures) -> 
 
     stages, skip = report.stages, options.skip
     with stages("load", options.spec):
-        loaded = _load(options.spec, options.tokenizer, options.dtype)
+        loaded = _load(options.spec, options.tokenizer, getattr(torch, options.load_dtype))
     with stages("matrices"):
         mats = interface_matrices(loaded)
     report.data["model"] = model_info(loaded, mats)
@@ -273,7 +280,9 @@ def _comparison(options: ProbeOptions, a: InterfaceMatrices, report: _Report) ->
     """Load model B and run the comparison blocks."""
     stages, skip = report.stages, options.skip
     with stages("load_against", options.against):
-        loaded = _load(options.against, options.against_tokenizer, options.dtype)
+        loaded = _load(
+            options.against, options.against_tokenizer, getattr(torch, options.load_dtype)
+        )
         b = interface_matrices(loaded)
     report.data["against"] = model_info(loaded, b)
     del loaded
@@ -343,7 +352,7 @@ def _plots(report: _Report, figures: _Figures, out: Path) -> dict[str, str]:
     name = data["model"]["name"]
     if figures.norm_points is not None and figures.norm_rho is not None:
         points, rho = figures.norm_points, figures.norm_rho
-        if data["model"]["tie"] == "tt":  # one matrix: one panel
+        if data["model"]["shares_matrix"]:  # one matrix: one panel
             points, rho = {"E = U": points["E"]}, {"E = U": rho["E"]}
         path = plots.plot_norm_frequency(
             points,
@@ -355,13 +364,13 @@ def _plots(report: _Report, figures: _Figures, out: Path) -> dict[str, str]:
     spectra = data.get("spectra")
     if spectra and "error" not in spectra:
         curves = {label: spectra[label]["singular_values"] for label in ("E", "U")}
-        if data["model"]["tie"] == "tt":
+        if data["model"]["shares_matrix"]:
             curves = {"E = U (tied)": curves["E"]}
         files["spectra"] = plots.plot_spectra(curves, out / "spectra.png").name
     drift = data.get("drift")
     if drift and "error" not in drift:
         curves = {label: drift[label] for label in ("E", "U")}
-        if data["model"]["tie"] == "tt":
+        if data["model"]["shares_matrix"]:
             curves = {"E = U (tied)": drift["E"]}
         files["drift"] = plots.plot_drift(drift["steps"], curves, out / "drift.png").name
     return files
@@ -396,12 +405,14 @@ class ProbeResult:
     errors: list[str]
 
 
-def run_probe(options: ProbeOptions, out: str | Path, log: Log = quiet_log) -> ProbeResult:
+def run_probe(
+    options: ProbeOptions, out: str | Path | None = None, log: Log = quiet_log
+) -> ProbeResult:
     """Probe a model (and compare it with `options.against`), write probe.json, probe.md, PNGs.
 
     Args:
         options: the model(s) and settings.
-        out: output folder (created).
+        out: output folder (created); None = `options.out`, else probe-<spec's last part>.
         log: receives one line per stage start/end (e.g. `stages.stderr_log()`).
 
     Returns:
@@ -415,7 +426,7 @@ def run_probe(options: ProbeOptions, out: str | Path, log: Log = quiet_log) -> P
     from tying.probe.report import render_markdown
 
     start = time.perf_counter()
-    out = Path(out)
+    out = Path(out or options.out or f"probe-{Path(options.spec).name or 'model'}")
     out.mkdir(parents=True, exist_ok=True)
     stages = Stages(log)
     report = _Report(stages)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,9 @@ from tying.data.batches import WindowSampler
 from tying.data.corpus import default_train_source, default_validation_source
 from tying.data.shards import TokenStore, ensure_shards, open_shards
 from tying.data.tokenizer import TextTokenizer, load_tokenizer
+from tying.decoder import Decoder, ModelConfig, preset_config
+from tying.hf import HFCausalLM, convert, load
+from tying.interface import interface_class
 from tying.paths import cache_dir
 from tying.train.config import TrainConfig
 from tying.train.distributed import DistInfo, barrier
@@ -40,30 +44,25 @@ class TrainingSetup:
 
 
 def build_model(cfg: TrainConfig, vocab_size: int) -> nn.Module:
-    """The model of a run: a decoder preset (scratch) or a converted HF model (teacher)."""
+    """The model of a run: a decoder preset (scratch) or a converted HF model (teacher).
+
+    The interface's own options come from the config keys its class names in
+    `config_options` (`TrainConfig.interface_fields`), whatever the interface.
+    """
+    fields = cfg.interface_fields()
     if cfg.model is not None:
-        from tying.hf import HFCausalLM, convert, load
-
         hf_model, _ = load(cfg.model)
-        options: dict[str, Any] = {}
-        if cfg.tie == "pit":
-            options = {"t_init": cfg.t_init, "trainable_z": cfg.trainable_z}
-        elif cfg.tie == "tt" and cfg.input_grad_scale != 1.0:
-            options = {"input_grad_scale": cfg.input_grad_scale}
-        convert(hf_model, tie=cfg.tie, **options)
+        mapping = interface_class(cfg.tie).config_options
+        convert(hf_model, tie=cfg.tie, **{mapping[k]: v for k, v in fields.items()})
         return HFCausalLM(hf_model)
-    from tying.model.decoder import Decoder
-    from tying.model.presets import preset_config
-
+    model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
     model_cfg = preset_config(
         cfg.preset,
         vocab_size=vocab_size,
         tie=cfg.tie,
         norm=cfg.norm,
         max_seq_len=max(cfg.seq_len, 1024),
-        input_grad_scale=cfg.input_grad_scale,
-        pit_trainable_z=cfg.trainable_z if cfg.tie == "pit" else False,
-        pit_diag_activation=cfg.pit_diag_activation,
+        **{k: v for k, v in fields.items() if k in model_fields},
     )
     return Decoder(model_cfg, generator=torch.Generator().manual_seed(cfg.seed))
 

@@ -3,57 +3,56 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Literal
 
-from tying.config import ConfigError
-from tying.interface import check_tie
-
-PRECISIONS = ("bf16", "fp32")
-DISTRIBUTED = ("ddp", "fsdp")
+from tying.config import ConfigError, renamed, tie_field
+from tying.interface import check_tie, interface_class
+from tying.interface.registry import check_interface_options
 
 
 @dataclass
 class TrainConfig:
-    """Configuration of one training run (YAML file + `key=value` overrides).
+    """Configuration of one training run (YAML file, `key=value` overrides or `--key value` flags).
 
-    Model:
-        preset: decoder preset for scratch mode (`tiny`, `mini`, `small`, ...).
-        model: a `tying.hf.load` spec (hub id, folder, .gguf, `smollm2`) for
-            teacher mode; None trains the preset from scratch.
-        tie: token interface, "untied", "tt" or "pit".
-        t_init: teacher-mode PIT initialisation of T ("identity", "output", "input").
-        pit_trainable_z: train PIT's memory Z (Stiefel retraction after each step).
-            None (default) = trained in scratch mode (a frozen random Z leaves no
-            per-token parameter to learn), frozen in teacher mode (Z keeps the
-            teacher's polar factor).
-        pit_diag_activation: "exp" or "softplus" for L's diagonal.
-        input_grad_scale: TT only: multiplies the input-side gradient of E.
-        norm: "rms" or "layer" (scratch mode).
-    Data:
-        data: training text (file, folder, glob or `hf:NAME`); None = Gutenberg train shards.
-        val_data: held-out text; None = Gutenberg validation.jsonl.xz; "" disables validation.
-        tokenizer: tokenizer spec for scratch mode ("gpt2", a folder, a .gguf, "smollm2").
-        max_documents: cap on training documents tokenized (None = all).
-    Optimisation:
+    Attributes:
+        preset: decoder preset trained from scratch (tiny, mini, small, medium, large, xl).
+        model: teacher mode: the pretrained model to convert and continue (smollm2, a .gguf, a
+            transformers folder or a hub id); null trains `preset` from scratch.
+        tie: token interface: untied, tt (W_out = E^T) or pit (pseudo-inverse tying).
+        t_init: teacher-mode PIT: how T is initialised (identity, output, input; null = the
+            conversion default).
+        pit_trainable_z: PIT: train the memory Z (with a Stiefel retraction after each step);
+            null = trained from scratch, frozen in teacher mode.
+        pit_diag_activation: PIT: exp or softplus, the map from parameters to L's diagonal.
+        input_grad_scale: TT: multiplier of the input-side gradient of E (unitless).
+        norm: scratch mode: rms (RMSNorm) or layer (LayerNorm).
+        data: training text (a file, folder, glob or hf:NAME); null = the Gutenberg train books.
+        val_data: held-out text; null = Gutenberg validation; an empty string = no validation.
+        tokenizer: scratch mode: gpt2, smollm2, a tokenizer folder, tokenizer.json or .gguf.
+        max_documents: cap on the training documents tokenized (null = all).
         max_steps: optimizer steps.
         seq_len: tokens per window.
-        global_batch_tokens: tokens per optimizer step over all processes and
-            micro-batches; must be a multiple of seq_len × micro_batch_size × world size.
+        global_batch_tokens: tokens per optimizer step over all processes and micro-batches
+            (a multiple of seq_len × micro_batch_size × processes).
         micro_batch_size: windows per forward pass per process.
-        lr, min_lr_ratio, warmup_steps: linear warm-up to lr, cosine decay to lr × min_lr_ratio.
-        weight_decay, beta1, beta2, grad_clip: AdamW and gradient-norm clipping (0 = off).
-        precision: "bf16" (autocast) or "fp32".
+        lr: peak learning rate (after a linear warm-up).
+        min_lr_ratio: final learning rate of the cosine decay, as a fraction of lr.
+        warmup_steps: steps of linear warm-up.
+        weight_decay: AdamW weight decay of matrices (not of norms, PIT's Z or L).
+        beta1: AdamW first-moment decay.
+        beta2: AdamW second-moment decay.
+        grad_clip: maximum global gradient norm (0 = no clipping).
+        precision: auto, bf16 (autocast) or fp32; auto = bf16 where the hardware has it.
         compile: wrap the model in torch.compile.
         seed: initialisation and data order.
-        deterministic: use PyTorch's deterministic kernels (CPU scatter/index-add are
-            otherwise order-nondeterministic), so a resumed run repeats the losses exactly.
-    Evaluation, checkpoints, logging:
+        deterministic: use deterministic kernels, so a resumed run repeats the losses exactly.
         eval_every: steps between validation passes (0 = only at the end).
-        eval_tokens: tokens evaluated per validation pass.
-        out_dir: run folder (metrics.jsonl, config.yaml, checkpoints/, tensorboard/).
+        eval_tokens: tokens per validation pass.
+        out: run folder (metrics.jsonl, config.yaml, checkpoints/, tensorboard/).
         checkpoint_every: steps between checkpoints (0 = only at the end).
-        keep_last: checkpoints kept.
-        resume: continue from the newest checkpoint in out_dir.
-        distributed: "ddp" or "fsdp" when launched by torchrun.
+        keep_last: checkpoints kept (older ones are deleted).
+        resume: continue from the newest intact checkpoint in `out`.
+        distributed: ddp or fsdp, when launched by torchrun.
         track_gradient_paths: log the input/output split of the interface gradient.
         tensorboard: also write TensorBoard event files.
         progress: show a progress bar.
@@ -61,12 +60,12 @@ class TrainConfig:
 
     preset: str = "tiny"
     model: str | None = None
-    tie: str = "tt"
-    t_init: str = "output"
+    tie: str = tie_field()
+    t_init: str | None = None
     pit_trainable_z: bool | None = None
-    pit_diag_activation: str = "exp"
+    pit_diag_activation: Literal["exp", "softplus"] = "exp"
     input_grad_scale: float = 1.0
-    norm: str = "rms"
+    norm: Literal["rms", "layer"] = "rms"
 
     data: str | None = None
     val_data: str | None = None
@@ -84,18 +83,18 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
-    precision: str = "bf16"
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
     compile: bool = False
     seed: int = 0
     deterministic: bool = True
 
     eval_every: int = 100
     eval_tokens: int = 65536
-    out_dir: str = "runs/train"
+    out: str = renamed("runs/train", "out_dir")
     checkpoint_every: int = 100
     keep_last: int = 2
     resume: bool = False
-    distributed: str = "ddp"
+    distributed: Literal["ddp", "fsdp"] = "ddp"
     track_gradient_paths: bool = False
     tensorboard: bool = True
     progress: bool = True
@@ -103,12 +102,9 @@ class TrainConfig:
     def __post_init__(self) -> None:
         try:
             check_tie(self.tie)
+            check_interface_options(self, self.tie)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.distributed not in DISTRIBUTED:
-            raise ConfigError(f"distributed must be one of {DISTRIBUTED}, got {self.distributed!r}")
         for name in (
             "max_steps",
             "seq_len",
@@ -125,6 +121,19 @@ class TrainConfig:
     def trainable_z(self) -> bool:
         """Whether PIT's Z is trained: `pit_trainable_z`, or by mode when it is None."""
         return self.pit_trainable_z if self.pit_trainable_z is not None else self.model is None
+
+    def interface_fields(self) -> dict[str, Any]:
+        """{config key: value} of this config's keys that carry the chosen interface's options.
+
+        The keys are the interface class's `config_options` that this config has; `None`
+        values are left out (the interface's own default applies), and `pit_trainable_z`
+        is resolved by mode (`trainable_z`).
+        """
+        mapping = interface_class(self.tie).config_options
+        values = {key: getattr(self, key) for key in mapping if hasattr(self, key)}
+        if "pit_trainable_z" in values:
+            values["pit_trainable_z"] = self.trainable_z
+        return {k: v for k, v in values.items() if v is not None}
 
     def grad_accum_steps(self, world_size: int) -> int:
         """Micro-batches per optimizer step per process; raises if the batch does not divide."""

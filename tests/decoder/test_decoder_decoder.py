@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from tying.decoder.config import ModelConfig
+from tying.decoder.decoder import Decoder
 from tying.interface import TransposeTying
-from tying.model.config import ModelConfig
-from tying.model.decoder import Decoder
 
 V = 300
 

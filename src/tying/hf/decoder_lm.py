@@ -33,9 +33,10 @@ from transformers import (
 from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from tying.decoder.config import ModelConfig
+from tying.decoder.decoder import Decoder, build_config_interface
+from tying.hf.modules import InterfaceHead
 from tying.interface import TokenInterface
-from tying.model.config import ModelConfig
-from tying.model.decoder import Decoder, build_config_interface
 
 _MODEL_FIELDS = tuple(f for f in ModelConfig.__dataclass_fields__)
 
@@ -107,32 +108,6 @@ class TyingConfig(PreTrainedConfig):
         return cls(**config.to_dict(), **kwargs)
 
 
-class InterfaceHead(nn.Module):
-    """The output side of a decoder's interface as a module: forward(h) = interface.logits(h).
-
-    Holds no tensors (the interface is registered once, under the decoder), so the
-    state dict has no duplicate keys; `weight` is U = W_out^T (V, d), `nn.Linear` layout.
-    """
-
-    def __init__(self, decoder: Decoder) -> None:
-        super().__init__()
-        self.__dict__["_decoder"] = decoder  # not a submodule: no second copy of the interface
-
-    @property
-    def interface(self) -> TokenInterface:
-        """The decoder's current interface."""
-        return self.__dict__["_decoder"].interface
-
-    @property
-    def weight(self) -> Tensor:
-        """U = W_out^T, (V, d) (materialized for PIT)."""
-        return self.interface.unembedding_matrix()
-
-    def forward(self, hidden: Tensor) -> Tensor:
-        """(..., d) -> (..., V)."""
-        return self.interface.logits(hidden)
-
-
 class TyingPreTrainedModel(PreTrainedModel):
     """Common settings of the tying models."""
 
@@ -172,7 +147,7 @@ def _init_interface_(interface: TokenInterface, config: ModelConfig) -> None:
 
 
 class TyingForCausalLM(TyingPreTrainedModel, GenerationMixin):
-    """Causal LM around `tying.model.decoder.Decoder` (attribute `model`), head `lm_head`.
+    """Causal LM around `tying.decoder.decoder.Decoder` (attribute `model`), head `lm_head`.
 
     Args:
         config: a `TyingConfig`.
@@ -181,7 +156,7 @@ class TyingForCausalLM(TyingPreTrainedModel, GenerationMixin):
     def __init__(self, config: TyingConfig) -> None:
         super().__init__(config)
         self.model = Decoder(config.to_model_config())
-        self.lm_head = InterfaceHead(self.model)
+        self.lm_head = InterfaceHead(self.model, attr="interface")
         if torch.get_default_device().type != "meta":
             # The Decoder initialised itself: keep its weights through post_init.
             for t in [*self.parameters(), *self.buffers()]:

@@ -18,21 +18,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from tying.interface import (
-    PseudoInverseTying,
-    TokenInterface,
-    TransposeTying,
-    Untied,
-    build_interface,
-)
-from tying.model.attention import GroupedQueryAttention
-from tying.model.block import ParallelBlock
-from tying.model.config import ModelConfig
-from tying.model.layers import RotaryEmbedding, make_norm
-from tying.model.params import count_stored
-
-# Names of the (V, d) tensors of each interface, swapped for meta tensors in `_meta_interface`.
-_VOCAB_TENSORS = {"untied": ("weight_in", "weight_out"), "tt": ("weight",), "pit": ("z",)}
+from tying.decoder.attention import GroupedQueryAttention
+from tying.decoder.block import ParallelBlock
+from tying.decoder.config import ModelConfig
+from tying.decoder.layers import RotaryEmbedding, make_norm
+from tying.decoder.params import count_stored
+from tying.interface import TokenInterface, build_interface, interface_class
 
 
 def build_config_interface(
@@ -52,24 +43,18 @@ def build_config_interface(
         config.d_model,
         generator=generator,
         init_std=config.init_std,
-        input_grad_scale=config.input_grad_scale,
-        **config.pit_options(),
+        **config.interface_options(),
     )
 
 
 def _meta_interface(config: ModelConfig) -> TokenInterface:
     """Interface with meta tensors: built at V' = d on the CPU (cheap, valid), then resized on meta."""
     V, d = config.vocab_size, config.d_model
+    cls = interface_class(config.tie)
     with torch.device("cpu"):
-        eye = torch.eye(d)
-        if config.tie == "untied":
-            small: TokenInterface = Untied(eye, eye)
-        elif config.tie == "tt":
-            small = TransposeTying(eye, input_grad_scale=config.input_grad_scale)
-        else:
-            small = PseudoInverseTying(eye, eye, **config.pit_options())
+        small = cls.placeholder(d, d, dtype=torch.float32, bias=False, **config.interface_options())
     iface = small.to("meta")
-    for name in _VOCAB_TENSORS[config.tie]:
+    for name in cls.vocab_tensors:
         old = getattr(iface, name)
         new = torch.empty(V, d, dtype=old.dtype, device="meta")
         setattr(
@@ -277,16 +262,11 @@ class Decoder(nn.Module):
     def num_parameters(self) -> int:
         """Free parameters: trunk elements + `interface.num_parameters()` (tied storage once).
 
-        Equals `tying.model.params.parameter_counts(config)["total"]`.
+        Equals `tying.decoder.params.parameter_counts(config)["total"]`.
         """
         iface = self.interface
         interface_ids = {id(t) for t in iface.parameters()} | {id(t) for t in iface.buffers()}
         trunk = sum(p.numel() for p in self.parameters() if id(p) not in interface_ids)
-        on_meta = any(t.device.type == "meta" for t in iface.parameters())
-        if on_meta and not isinstance(iface, PseudoInverseTying):
-            # TokenInterface.num_parameters dedups by storage pointer, which is 0 for every
-            # meta tensor; count_stored dedups meta tensors by identity instead.
-            return trunk + count_stored(iface)
         return trunk + iface.num_parameters()
 
     def num_stored(self) -> int:

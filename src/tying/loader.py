@@ -28,7 +28,6 @@ special tokens, `vocab_size`, the vocabulary strings), the type the data path co
 from __future__ import annotations
 
 import re
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,12 @@ import torch
 from torch import Tensor, nn
 
 from tying.data.tokenizer import TextTokenizer, load_tokenizer, wrap_tokenizer
-from tying.interface.base import TokenInterface
+from tying.hf import HFCausalLM, convert, from_pretrained, is_converted, is_converted_folder, load
+from tying.hf.native import load_tokenizer as load_saved_tokenizer
+from tying.hf.state import CONFIG_KEY
+from tying.interface import InterfaceModel, TokenInterface
+from tying.train.checkpoint import resolve_checkpoint
+from tying.train.restore import load_trained
 
 #: The kinds of `LoadedModel.kind`.
 MODEL_KINDS = ("run", "hf", "module")
@@ -85,7 +89,7 @@ class LoadedModel:
     """A model ready for lenses, traces and probes.
 
     Attributes:
-        model: a `tying.model.decoder.Decoder` or a `tying.hf.HFCausalLM` (or any module with
+        model: a `tying.decoder.decoder.Decoder` or a `tying.hf.HFCausalLM` (or any module with
             `.interface`, `.final_norm`, `residual_states(ids)`, `final_hidden(ids)`), in eval mode.
         tokenizer: its tokenizer as a `TextTokenizer`, or None (a folder without tokenizer files).
         name: a short file-system-safe name (for plots, JSON and output folders).
@@ -93,14 +97,16 @@ class LoadedModel:
             from memory by `wrap_model`).
         spec: the spec it was loaded from ("" for `wrap_model`).
         checkpoint: the checkpoint folder of a run, else None.
+        train_config: the `TrainConfig` of a run, else None.
     """
 
-    model: nn.Module
+    model: InterfaceModel
     tokenizer: TextTokenizer | None
     name: str
     kind: str
     spec: str = ""
     checkpoint: Path | None = None
+    train_config: Any = None
 
     # ------------------------------------------------------------ structure
     @property
@@ -252,13 +258,6 @@ def _is_tied(model: nn.Module) -> bool:
     return isinstance(e, Tensor) and isinstance(u, Tensor) and e.data_ptr() == u.data_ptr()
 
 
-def _has_decoder_api(model: nn.Module) -> bool:
-    """Whether `model` has what lenses read: interface, final_norm, blocks, residual_states."""
-    return all(
-        hasattr(model, attr) for attr in ("interface", "final_norm", "residual_states", "blocks")
-    )
-
-
 def wrap_model(
     model: nn.Module,
     tokenizer: Any = None,
@@ -281,11 +280,9 @@ def wrap_model(
             architecture.
     """
     inner = getattr(model, "model", None)
-    if not _has_decoder_api(model) and isinstance(inner, nn.Module) and _has_decoder_api(inner):
+    if not isinstance(model, InterfaceModel) and isinstance(inner, InterfaceModel):
         model = inner  # TyingForCausalLM (model_type "tying") around our Decoder
-    if not _has_decoder_api(model):
-        from tying.hf import HFCausalLM, convert, is_converted
-
+    if not isinstance(model, InterfaceModel):
         if not hasattr(model, "config") or not hasattr(model, "get_input_embeddings"):
             raise ValueError(
                 f"{type(model).__name__} is neither a tying model (interface, final_norm, "
@@ -326,16 +323,13 @@ def load_any(
     text = str(spec)
     override = load_tokenizer(tokenizer) if tokenizer is not None else None
     if is_run_spec(text):
-        from tying.train.restore import load_trained
-
-        model, tok, _, folder = load_trained(text)
+        model, tok, run_cfg, folder = load_trained(text)
         if dtype != torch.float32:
             model = model.to(dtype)
         loaded = wrap_model(model, override or tok, name or _run_name(folder, text), "run")
         loaded.checkpoint = folder
+        loaded.train_config = run_cfg
     else:
-        from tying.hf import load
-
         model, tok = load(text, dtype)
         model_name = name or _model_name(text)
         if override is None:
@@ -345,19 +339,36 @@ def load_any(
     return loaded
 
 
-def autocast_for(device: torch.device | str, precision: str) -> Any:
-    """A factory of the precision context: bf16 autocast on `device`, or nothing for "fp32".
+def load_for_export(path: str | Path) -> tuple[nn.Module, Any]:
+    """(converted model, tokenizer or None) from something `tying export` accepts.
 
-    Args:
-        device: where the model runs.
-        precision: "bf16" or "fp32".
+    - a folder written by `tying convert --out` or by `save_pretrained` of a converted model;
+    - a teacher-mode training run (or one of its checkpoints): the converted
+      Hugging Face model with the trained weights, and the teacher's tokenizer.
 
     Raises:
-        ValueError: another precision.
+        FileNotFoundError: `path` does not exist.
+        ValueError: `path` is neither, or is a scratch-mode run (tying's own
+            decoder has no standard transformers architecture to export to).
     """
-    if precision not in ("bf16", "fp32"):
-        raise ValueError(f"precision must be 'bf16' or 'fp32', got {precision!r}")
-    device_type = torch.device(device).type
-    if precision == "bf16":
-        return lambda: torch.autocast(device_type, dtype=torch.bfloat16)
-    return nullcontext
+    folder = Path(path).expanduser()
+    if not folder.exists():
+        raise FileNotFoundError(f"no such file or folder: {folder}")
+    if folder.is_dir() and is_converted_folder(folder):
+        return from_pretrained(folder), load_saved_tokenizer(folder)
+    try:
+        resolve_checkpoint(folder)
+    except FileNotFoundError:
+        raise ValueError(
+            f"{folder} is neither a converted model folder (config.json with a '{CONFIG_KEY}' "
+            "record, as written by `tying convert --out`) nor a training run with checkpoints"
+        ) from None
+    model, _, cfg, _ = load_trained(folder)
+    if not isinstance(model, HFCausalLM):
+        raise ValueError(
+            f"{folder} is a scratch-mode run of tying's own decoder, which has no standard "
+            "transformers architecture; save it with tying.hf.TyingForCausalLM.save_pretrained "
+            "(loads wherever tying is installed)"
+        )
+    _, tokenizer = load(cfg.model)
+    return model.hf_model, tokenizer

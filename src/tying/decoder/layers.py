@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tying.model.config import ModelConfig
+from tying.decoder.config import ModelConfig
 
 
 def make_norm(config: ModelConfig) -> nn.Module:

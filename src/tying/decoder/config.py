@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from tying.interface import TIES
 from tying.interface.pit import DIAG_ACTIVATIONS
+from tying.interface.registry import check_interface_options, interface_options, ties
 
 NORMS = ("rms", "layer")
 #: SwiGLU widths are rounded up to a multiple of this.
@@ -103,19 +103,14 @@ class ModelConfig:
         _check_positive_int("d_ff", self.d_ff)
         if self.norm not in NORMS:
             raise ValueError(f"norm must be one of {NORMS}, got {self.norm!r}")
-        if self.tie not in TIES:
-            raise ValueError(f"tie must be one of {TIES}, got {self.tie!r}")
+        if self.tie not in ties():
+            raise ValueError(f"tie must be one of {ties()}, got {self.tie!r}")
         for name in ("norm_eps", "rope_theta", "init_std"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive finite number, got {value!r}")
         if not math.isfinite(self.input_grad_scale):
             raise ValueError(f"input_grad_scale must be finite, got {self.input_grad_scale}")
-        if self.tie != "tt" and self.input_grad_scale != 1.0:
-            raise ValueError(
-                f"input_grad_scale applies to tie='tt' only, got tie={self.tie!r} "
-                f"with input_grad_scale={self.input_grad_scale}"
-            )
         if self.pit_diag_activation not in DIAG_ACTIVATIONS:
             raise ValueError(
                 f"pit_diag_activation must be one of {DIAG_ACTIVATIONS}, got {self.pit_diag_activation!r}"
@@ -132,15 +127,7 @@ class ModelConfig:
                 f"tie='pit' needs vocab_size >= d_model (Z has orthonormal columns), "
                 f"got V={self.vocab_size} < d={self.d_model}"
             )
-        pit_fields_set = (
-            self.pit_trainable_z
-            or self.pit_diag_activation != "exp"
-            or self.pit_diag_clamp is not None
-        )
-        if self.tie != "pit" and pit_fields_set:
-            raise ValueError(
-                f"pit_* options apply to tie='pit' only, got tie={self.tie!r}: leave them at their defaults"
-            )
+        check_interface_options(self, self.tie)
 
     # ------------------------------------------------------------------ derived
     @property
@@ -148,15 +135,9 @@ class ModelConfig:
         """Width of the key (and of the value) projection: n_kv_heads · head_dim."""
         return int(self.n_kv_heads) * self.head_dim  # type: ignore[arg-type]
 
-    def pit_options(self) -> dict[str, Any]:
-        """Keyword arguments of `PseudoInverseTying` (empty unless tie == 'pit')."""
-        if self.tie != "pit":
-            return {}
-        return {
-            "trainable_z": self.pit_trainable_z,
-            "diag_activation": self.pit_diag_activation,
-            "diag_clamp": self.pit_diag_clamp,
-        }
+    def interface_options(self) -> dict[str, Any]:
+        """Constructor keywords of the chosen interface from this config (its `config_options`)."""
+        return interface_options(self, self.tie)
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:

@@ -11,8 +11,9 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.cache_utils import DynamicCache
 
-import tying.model  # noqa: F401  (registers the Auto classes)
-from tying.model import ModelConfig, TyingConfig, TyingForCausalLM
+import tying.decoder  # noqa: F401  (registers the Auto classes)
+from tying.decoder import ModelConfig
+from tying.hf.decoder_lm import TyingConfig, TyingForCausalLM
 
 V = 300
 TIES = ("untied", "tt", "pit")

@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
 import torch
 
-from tying.commands import params as params_verb
-from tying.model.config import ModelConfig
-from tying.model.decoder import Decoder
-from tying.model.params import count_stored, parameter_counts
-from tying.model.presets import PRESETS, preset_config
+from tying.cli import main
+from tying.decoder.config import ModelConfig
+from tying.decoder.decoder import Decoder
+from tying.decoder.params import count_stored, parameter_counts
+from tying.decoder.presets import PRESETS, preset_config
 
 TIES = ("untied", "tt", "pit")
 
 
 def _closed_form(cfg: ModelConfig) -> int:
-    """The formula written out once more, independently of tying.model.params."""
+    """The formula written out once more, independently of tying.decoder.params."""
     d, V, L, f, kv = (
         cfg.d_model,
         cfg.vocab_size,
@@ -86,9 +85,7 @@ def test_table_3_totals_at_v32000_with_tt() -> None:
 
 
 def _run_verb(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    parser = argparse.ArgumentParser()
-    params_verb.add_arguments(parser)
-    code = params_verb.run(parser.parse_args(argv))
+    code = main(["params", *argv])
     return code, capsys.readouterr().out
 
 
@@ -108,4 +105,3 @@ def test_params_verb_table_and_errors(capsys: pytest.CaptureFixture[str]) -> Non
     assert code == 0 and "total" in out and "embedding share" in out
     code, _ = _run_verb(["huge"], capsys)
     assert code == 2
-    assert list(params_verb._PRESET_NAMES) == list(PRESETS)

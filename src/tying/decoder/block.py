@@ -11,9 +11,9 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from tying.model.attention import GroupedQueryAttention
-from tying.model.config import ModelConfig
-from tying.model.layers import SwiGLU, make_norm
+from tying.decoder.attention import GroupedQueryAttention
+from tying.decoder.config import ModelConfig
+from tying.decoder.layers import SwiGLU, make_norm
 
 
 class ParallelBlock(nn.Module):

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tying.model.config import ModelConfig
-from tying.model.layers import apply_rotary
+from tying.decoder.config import ModelConfig
+from tying.decoder.layers import apply_rotary
 
 
 class GroupedQueryAttention(nn.Module):

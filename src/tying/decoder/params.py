@@ -20,23 +20,19 @@ count (`stored_total`) exceeds `total` by d(d-1)/2.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from torch import nn
 
-from tying.model.config import ModelConfig
+from tying.config import positional, tie_field
+from tying.decoder.config import ModelConfig
+from tying.interface import interface_class
 
 
 def interface_parameters(tie: str, vocab_size: int, d_model: int) -> int:
     """Free parameters of a token interface (as `TokenInterface.num_parameters()` counts them)."""
-    V, d = vocab_size, d_model
-    if tie == "untied":
-        return 2 * V * d
-    if tie == "tt":
-        return V * d
-    if tie == "pit":
-        return V * d + d * (d + 1) // 2
-    raise ValueError(f"tie must be one of ('untied', 'tt', 'pit'), got {tie!r}")
+    return interface_class(tie).count_parameters(vocab_size, d_model)
 
 
 def parameter_counts(config: ModelConfig) -> dict[str, Any]:
@@ -64,7 +60,8 @@ def parameter_counts(config: ModelConfig) -> dict[str, Any]:
     non_embedding = L * block + norm
     total = non_embedding + embedding
     untied = interface_parameters("untied", config.vocab_size, d)
-    unused = d * (d - 1) // 2 if config.tie == "pit" else 0
+    cls = interface_class(config.tie)
+    unused = cls.stored_elements(config.vocab_size, d) - embedding
     return {
         "total": total,
         "embedding": embedding,
@@ -109,3 +106,47 @@ def format_count(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.4g}{unit}"
     return str(int(n))
+
+
+@dataclass
+class ParamsOptions:
+    """Options of `tying params`.
+
+    Attributes:
+        preset: decoder preset: tiny, mini, small, medium, large or xl.
+        vocab: vocabulary size V (tokens; 50257 = GPT-2).
+        tie: token interface: untied, tt or pit.
+        norm: rms or layer.
+    """
+
+    preset: str = positional()
+    vocab: int = 50257
+    tie: str = tie_field()
+    norm: Literal["rms", "layer"] = "rms"
+
+
+def preset_parameters(options: ParamsOptions) -> dict[str, Any]:
+    """The shape of a preset and its closed-form parameter counts (`parameter_counts`).
+
+    Returns:
+        {"preset", "vocab_size", "tie", "n_layers", "d_model", "n_heads", "n_kv_heads",
+        "head_dim", "d_ff", "norm", **parameter_counts(config)}.
+    """
+    from tying.decoder.presets import preset_config
+
+    config = preset_config(
+        options.preset, vocab_size=options.vocab, tie=options.tie, norm=options.norm
+    )
+    shape = {
+        "preset": options.preset,
+        "vocab_size": config.vocab_size,
+        "tie": config.tie,
+        "n_layers": config.n_layers,
+        "d_model": config.d_model,
+        "n_heads": config.n_heads,
+        "n_kv_heads": config.n_kv_heads,
+        "head_dim": config.head_dim,
+        "d_ff": config.d_ff,
+        "norm": config.norm,
+    }
+    return {**shape, **parameter_counts(config)}

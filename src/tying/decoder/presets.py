@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tying.model.config import ModelConfig
+from tying.decoder.config import ModelConfig
 
 #: Shape fields of each preset; every other ModelConfig field keeps its default.
 PRESETS: dict[str, dict[str, Any]] = {

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tying.model.config import ModelConfig, swiglu_width
-from tying.model.presets import PRESETS, preset_config
+from tying.decoder.config import ModelConfig, swiglu_width
+from tying.decoder.presets import PRESETS, preset_config
 
 
 def test_derived_sizes_follow_the_rules() -> None:

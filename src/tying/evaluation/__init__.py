@@ -1,0 +1,1 @@
+"""Evaluating models: loss on a text (`text_loss`), and downstream tasks (see the submodules)."""
