@@ -75,9 +75,16 @@ def _drop_privileges(uid: int, gid: int, read_all: bool) -> None:
 
 
 def _set_limits(limits: dict[str, int]) -> None:
-    """Set each named limit (e.g. {"RLIMIT_AS": 2**31}) as both soft and hard limit."""
+    """Set each named limit (e.g. {"RLIMIT_AS": 2**31}) as both soft and hard limit.
+
+    A value above the current hard limit is lowered to it (only root could raise it).
+    """
     for name, value in limits.items():
-        resource.setrlimit(getattr(resource, name), (value, value))
+        kind = getattr(resource, name)
+        hard = resource.getrlimit(kind)[1]
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(kind, (value, value))
 
 
 def _read_program() -> str:
