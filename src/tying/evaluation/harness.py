@@ -15,7 +15,7 @@ with `tying.evaluation.generate.greedy_generate`.
 Importing this module registers the model with lm-eval (`register_model("tying")`). lm-eval
 0.4 discovers neither models nor task folders by entry point, so the stock `lm_eval` command
 only knows "tying" once this module is imported; `python -m tying.evaluation.harness_cli` is
-lm-eval's own command line with it imported and `TASKS_DIR` included (see that module).
+lm-eval's own command line with it imported and our task folder included (see that module).
 """
 
 from __future__ import annotations
@@ -33,8 +33,6 @@ from tying.evaluation.loading import EvalModel, apply_adapter, load_for_evaluati
 
 #: The name of the model in lm-eval (`--model tying`).
 MODEL_NAME = "tying"
-#: The folder of our lm-eval task configs (`--include_path`).
-TASKS_DIR = Path(__file__).parent / "lm_eval_tasks"
 
 log = logging.getLogger(__name__)
 
