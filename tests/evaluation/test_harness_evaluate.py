@@ -129,6 +129,7 @@ def write_bad_gsm8k(root: Path) -> Path:
     return root
 
 
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 @pytest.mark.parametrize(
     ("case", "error", "match"),
     [
@@ -178,3 +179,51 @@ def test_bad_input_fails_before_writing(
     with pytest.raises(error, match=match):
         evaluate_model(options)
     assert not Path(options.out).exists()
+
+
+def test_tying_decoder_through_lm_eval(eval_model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    """Our own decoder (PIT interface) as an instantiated model: generation and scoring run."""
+    from transformers import AutoTokenizer
+
+    from tying.model import TyingConfig, TyingForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(eval_model_dir)
+    config = TyingConfig(
+        vocab_size=len(tokenizer), d_model=32, n_layers=2, head_dim=8, max_seq_len=4096, tie="pit"
+    )
+    lm = harness.TyingLM(TyingForCausalLM(config).eval(), tokenizer, batch_size=2)
+    options = EvaluateOptions(
+        spec="pit-decoder",
+        tasks="svamp,humaneval",
+        out=tmp_path,
+        limit=2,
+        max_new_tokens=3,
+        num_fewshot=0,
+    )
+    results = evaluate_model(options, lm=lm)
+    assert results["model"] == "pit-decoder"
+    for entry in results["tasks"].values():
+        assert entry["n"] == 2
+        assert -20.0 < entry["ref_loglik_per_token"] < 0.0
+        assert all(1 <= item["ref_tokens"] for item in entry["items"])
+
+
+@pytest.mark.slow
+def test_smollm2_end_to_end(tmp_path: Path) -> None:
+    """SmolLM2-135M on 2 items of each task: a trained model gives the references a far higher
+    likelihood than chance (-ln 49,152 = -10.8 nats/token)."""
+    pytest.importorskip("gguf")
+    from tying.hf import named_model_path
+
+    try:
+        named_model_path("smollm2")
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    options = EvaluateOptions(spec="smollm2", out=tmp_path, limit=2, max_new_tokens=48)
+    results = evaluate_model(options)
+    assert list(results["tasks"]) == list(TASKS)
+    for task, entry in results["tasks"].items():
+        assert entry["n"] == 2
+        assert entry["truncated_prompts"] == {"generate": 0, "reference": 0}
+        assert -4.0 < entry["ref_loglik_per_token"] < 0.0, task
+        assert all(item["completion"] for item in entry["items"])

@@ -230,11 +230,13 @@ def _run_lm_eval(
     return samples, seconds
 
 
-def _reference_tokens(lm: Any, context: str, continuation: str) -> int:
-    """How many tokens lm-eval scores for `continuation` after `context` (its own split)."""
-    if not context:
-        return len(lm.tok_encode(continuation, add_special_tokens=False))
-    return len(lm._encode_pair(context, continuation)[1])
+def _pair_lengths(lm: Any, context: str, continuation: str) -> tuple[int, int]:
+    """Token counts of the context and of the continuation lm-eval scores after it (its own
+    split of context + continuation, `TemplateLM._encode_pair`)."""
+    if not context:  # lm-eval then conditions on one prefix token
+        return 1, len(lm.tok_encode(continuation, add_special_tokens=False))
+    context_ids, continuation_ids = lm._encode_pair(context, continuation)
+    return len(context_ids), len(continuation_ids)
 
 
 def evaluate_task(
@@ -282,8 +284,8 @@ def evaluate_task(
         for item in items:
             ref = by_id[item["id"]]
             context, continuation = ref["arguments"][0][:2]
-            tokens = _reference_tokens(lm, context, continuation)
-            if len(lm.tok_encode(context)) + tokens > lm.max_length + 1:
+            n_context, tokens = _pair_lengths(lm, context, continuation)
+            if n_context + tokens > lm.max_length + 1:
                 truncated["reference"] += 1
             item["ref_loglik"] = float(ref["ref_loglik"])
             item["ref_tokens"] = tokens
@@ -365,7 +367,10 @@ def evaluate_model(options: EvaluateOptions, lm: Any = None) -> dict[str, Any]:
         "lm_eval_version": lm_eval.__version__,
         "tying_version": getattr(tying, "__version__", None),
         "task_configs": config_hashes(),
-        "model_info": {k: str(v) for k, v in lm.get_model_info().items()},
+        "model_info": {
+            k: v if isinstance(v, (str, int, float, bool, type(None))) else str(v)
+            for k, v in lm.get_model_info().items()
+        },
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "seconds": time.time() - started,
     }

@@ -61,8 +61,10 @@ class TyingLM(HFLM):
         tokenizer: its transformers tokenizer (required with an instantiated model).
         spec: what to load when `pretrained` is not given (see `load_for_evaluation`).
         adapter: a peft adapter folder to apply on top.
-        dtype: weights dtype for `spec` ("float32", "bfloat16", ...).
-        device: where to run (default: CUDA if available, else the CPU).
+        dtype: weights dtype ("float32", "bfloat16", ...); None: float32 for `spec`, an
+            instantiated model's own.
+        device: where to run (default: an instantiated model stays where it is; a spec goes to
+            CUDA if available, else the CPU).
         batch_size: requests per forward/generation batch (int, or lm-eval's "auto").
         **kwargs: other HFLM options (max_length, max_batch_size, mixed_precision_dtype, ...).
 
@@ -78,28 +80,34 @@ class TyingLM(HFLM):
         *,
         spec: str | None = None,
         adapter: str | None = None,
-        dtype: str | torch.dtype = "float32",
+        dtype: str | torch.dtype | None = None,
         device: str | None = None,
         batch_size: int | str = 1,
         **kwargs: Any,
     ) -> None:
         if isinstance(pretrained, (str, Path)):
             spec, pretrained = str(pretrained), None
-        run_device = resolve_device(device)
         if pretrained is None:
+            run_device = resolve_device(device)
             if spec is None:
                 raise ValueError(
                     "the tying model needs spec=... (a run, checkpoint, model folder, .gguf file "
                     "or 'smollm2') or an instantiated model"
                 )
-            loaded = load_for_evaluation(spec, adapter=adapter, dtype=dtype, device=run_device)
+            loaded = load_for_evaluation(
+                spec, adapter=adapter, dtype=dtype or torch.float32, device=run_device
+            )
         else:
             if tokenizer is None:
                 raise ValueError(
                     "an instantiated model needs its tokenizer: pass tokenizer=... as well"
                 )
             model = pretrained if adapter is None else apply_adapter(pretrained, adapter)
-            model.to(device=run_device, dtype=parse_dtype(dtype)).eval()
+            if device is not None:
+                model.to(resolve_device(device))
+            if dtype is not None:
+                model.to(parse_dtype(dtype))
+            model.eval()
             name = getattr(getattr(model, "config", None), "_name_or_path", "") or "model"
             loaded = EvalModel(
                 model=model, tokenizer=tokenizer, name=name, spec="", adapter=adapter
