@@ -143,7 +143,10 @@ def run_program(
 
     Raises:
         ValueError: timeout_s not a positive number, or an unknown/unavailable isolation.
+        RuntimeError: not on Linux (the sandbox needs /proc, prctl and rlimits).
     """
+    if not sys.platform.startswith("linux"):
+        raise RuntimeError(f"the code sandbox runs on Linux only, not on {sys.platform}")
     if not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s) or timeout_s <= 0:
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     mode = _resolve_isolation(isolation)
