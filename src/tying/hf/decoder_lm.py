@@ -163,6 +163,21 @@ class TyingForCausalLM(TyingPreTrainedModel, GenerationMixin):
                 t._is_hf_initialized = True
         self.post_init()
 
+    @classmethod
+    def from_decoder(cls, decoder: Decoder, **config_kwargs: Any) -> TyingForCausalLM:
+        """A `TyingForCausalLM` around an existing `Decoder`, sharing its tensors (no copy).
+
+        Args:
+            decoder: the decoder (its `config` becomes the transformers config).
+            config_kwargs: further `TyingConfig` fields (eos_token_id, pad_token_id, ...).
+        """
+        config = TyingConfig.from_model_config(decoder.config, **config_kwargs)
+        with torch.device("meta"):
+            wrapper = cls(config)
+        wrapper.model = decoder
+        wrapper.lm_head = InterfaceHead(decoder, attr="interface")
+        return wrapper
+
     # ---------------------------------------------------------------- embeddings
     def get_input_embeddings(self) -> nn.Module:
         """The token interface (forward = embed: ids (...) -> (..., d))."""
