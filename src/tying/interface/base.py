@@ -19,7 +19,7 @@ W_out nor the N×V logits, and PIT never forms T Z^T.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -94,7 +94,7 @@ class TokenInterface(nn.Module, ABC):
     rest of the package asks of an interface by name: `scratch` (a fresh one), `placeholder`
     (valid values of the right shapes, to load a state dict into), `count_parameters` (closed
     form), `options` (its constructor keywords, for records), `gradient_splits` (for the
-    gradient-path tracker), `vocab_tensors` and `shares_matrix`.
+    gradient-path tracker), `vocab_tensors`, `manifold_tensors` and `shares_matrix`.
 
     Args:
         vocab_size: V.
@@ -107,6 +107,10 @@ class TokenInterface(nn.Module, ABC):
     tie: ClassVar[str]
     #: Attribute names of the (V, d) tensors (e.g. to build shapes on the meta device).
     vocab_tensors: ClassVar[tuple[str, ...]] = ()
+    #: Attribute names of the tensors constrained to a manifold (PIT's Z: orthonormal columns):
+    #: an optimizer that does not retract them onto it must leave them frozen (e.g. the LoRA
+    #: updates of `tying.update` train every other interface parameter, never these).
+    manifold_tensors: ClassVar[tuple[str, ...]] = ()
     #: Whether E and U = W_out^T are one stored matrix (exported as tie_word_embeddings=True).
     shares_matrix: ClassVar[bool] = False
     #: Model/training config keys that carry this interface's constructor options:
@@ -322,6 +326,31 @@ class TokenInterface(nn.Module, ABC):
         """Next-token logits: (..., d) -> (..., V)."""
         self._check_hidden(hidden)
         return F.linear(self._head_input(hidden), self._head_weight(), self._output_bias())
+
+    def logit_chunks(self, hidden: Tensor, chunk_size: int) -> Iterator[tuple[int, Tensor]]:
+        """The logits in blocks of vocabulary columns, never all V at once.
+
+        Yields (v0, logits[..., v0:v1]) for v0 = 0, chunk_size, 2·chunk_size, ... with
+        v1 = min(v0 + chunk_size, V): the head input (d×d part) is applied once, then each
+        block is head_input(hidden) @ head_weight()[v0:v1]^T (+ b[v0:v1]). Concatenated over
+        the blocks they equal `logits(hidden)`.
+
+        Args:
+            hidden: (..., d).
+            chunk_size: columns per block (>= 1).
+
+        Raises:
+            ValueError: chunk_size < 1 or a hidden size other than d.
+        """
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        self._check_hidden(hidden)
+        x = self._head_input(hidden)
+        weight = self._head_weight()
+        bias = self._output_bias()
+        for v0 in range(0, self.vocab_size, chunk_size):
+            v1 = min(v0 + chunk_size, self.vocab_size)
+            yield v0, F.linear(x, weight[v0:v1], None if bias is None else bias[v0:v1])
 
     def loss(
         self,

@@ -68,6 +68,7 @@ class PseudoInverseTying(TokenInterface):
 
     tie = "pit"
     vocab_tensors = ("z",)
+    manifold_tensors = ("z",)
     config_options = {  # noqa: RUF012
         "pit_trainable_z": "trainable_z",
         "pit_diag_activation": "diag_activation",
