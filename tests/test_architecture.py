@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     "hf": 3,
     "train": 4,
     "loader": 5,
+    "adapters": 5,
     "lens": 6,
     "probe": 6,
     "teacher": 6,
