@@ -51,6 +51,18 @@ VERBS: dict[str, tuple[str, str]] = {
         "tying.commands.probe",
         "interface consistency, parameters, norms, drift; with --against: alignment, KNN, spectral",
     ),
+    "finetune": (
+        "tying.commands.finetune",
+        "LoRA update of any model on MBPP, GSM8K or a prompt/completion JSONL file",
+    ),
+    "evaluate": (
+        "tying.commands.evaluate",
+        "GSM8K, SVAMP, MBPP, HumanEval through lm-eval (optionally under an adapter)",
+    ),
+    "side-effects": (
+        "tying.commands.side_effects",
+        "what an update changed besides its target: KL, loss, top-1, lens, interface, tasks",
+    ),
     "experiment": (
         "tying.commands.experiment",
         "train a grid of runs at one token budget and write a side-by-side report",

@@ -27,7 +27,8 @@ prompt + reference into tokens). results.json:
      "run": {adapter, options, lm-eval version, task config hashes, timings}}
 
 Everything that can be checked is checked before the model runs (task names, limit, files,
-tokenizer, adapter); results.json is written once, at the end, atomically.
+tokenizer, adapter, a non-empty output folder); the output folder is written once, at the end,
+whole (`tying.outputs.output_folder`).
 """
 
 from __future__ import annotations
@@ -46,8 +47,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from tying.config import positional
+from tying.devices import PRECISIONS, resolve_device, resolve_precision
 from tying.evaluation.stats import wilson_interval
 from tying.evaluation.tasks import TASKS, seeded_subset
+from tying.outputs import check_output_folder, output_folder
 
 #: File name of the results in the output folder.
 RESULTS_FILE = "results.json"
@@ -64,53 +70,60 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class EvaluateOptions:
-    """What `evaluate_model` evaluates, and how.
+    """What `evaluate_model` evaluates, and how (also the flags of `tying evaluate`).
 
     Attributes:
-        spec: the model: a run or checkpoint folder, "smollm2", a .gguf file, a transformers
+        spec: the model: a run or checkpoint folder, smollm2, a .gguf file, a transformers
             folder or a Hugging Face Hub id.
-        tasks: task names (a sequence or a comma-separated string), from `TASKS`.
-        out: output folder of results.json.
-        adapter: a peft adapter folder applied on top of the model, or None.
-        limit: evaluate a fixed seeded subset of this many items per task (>= 1); None: all.
+        tasks: task names among gsm8k, svamp, mbpp, humaneval: comma-separated, several, or
+            both (--tasks gsm8k,svamp mbpp).
+        out: output folder of results.json (refused when not empty, unless --overwrite).
+        adapter: a peft adapter folder applied on top of the model (checked against the base
+            model it was trained on), or null.
+        limit: evaluate a fixed seeded subset of this many items per task (>= 1); null: all.
         seed: seed of the subset.
         batch_size: requests per forward/generation batch.
-        max_new_tokens: generation length limit for every task; None: each task's own
+        max_new_tokens: generation length limit for every task; null: each task's own
             (GSM8K/SVAMP/MBPP 256, HumanEval 1024, as lm-eval's tasks).
-        num_fewshot: few-shot examples for GSM8K and SVAMP (lm-eval's `num_fewshot`); None:
-            the tasks' own (5). MBPP's 3 fixed examples are part of its prompts, HumanEval has none.
-        device: "cpu", "cuda", ...
-        dtype: weights dtype ("float32", "bfloat16", ...).
-        precision: "fp32", or "bf16" for bfloat16 autocast around the float32 weights.
+        num_fewshot: few-shot examples for GSM8K and SVAMP (lm-eval's num_fewshot); null: the
+            tasks' own (5). MBPP's 3 fixed examples are part of its prompts, HumanEval has none.
+        device: auto (cuda if present), cpu or cuda[:N].
+        dtype: weights dtype (float32, bfloat16, ...).
+        precision: fp32, bf16 (autocast around the float32 weights) or auto (bf16 where the
+            hardware has it); fp32 by default: bf16 rounds the reference log-likelihoods (a sum
+            of -704.27 nats came out as -704.0).
         code_timeout_s: seconds each model-written program may run in the sandbox.
-        reference_loglik: also score the references (ref_loglik_per_token); False skips it
-            (the field is then null).
+        reference_loglik: also score the references (ref_loglik_per_token); false skips it (the
+            field is then null).
+        overwrite: replace a non-empty output folder.
     """
 
-    spec: str
-    tasks: Sequence[str] | str = TASKS
-    out: str | Path = "eval"
+    spec: str = positional()
+    tasks: list[str] = dataclasses.field(default_factory=lambda: list(TASKS))
+    out: str = "eval"
     adapter: str | None = None
     limit: int | None = None
     seed: int = 0
     batch_size: int = 8
     max_new_tokens: int | None = None
     num_fewshot: int | None = None
-    device: str = "cpu"
+    device: str = "auto"
     dtype: str = "float32"
     precision: str = "fp32"
     code_timeout_s: float = 10.0
     reference_loglik: bool = True
+    overwrite: bool = False
 
 
 def parse_tasks(tasks: Sequence[str] | str) -> tuple[str, ...]:
-    """Task names from a sequence or a comma-separated string, in order, without repeats.
+    """Task names from a comma-separated string or a sequence of them ("gsm8k,svamp",
+    ["gsm8k", "svamp"], ["gsm8k,svamp", "mbpp"]), in order, without repeats.
 
     Raises:
         ValueError: an unknown name, or none.
     """
-    names = tasks.split(",") if isinstance(tasks, str) else list(tasks)
-    names = [n.strip().lower() for n in names if n and n.strip()]
+    parts = [tasks] if isinstance(tasks, str) else list(tasks)
+    names = [n.strip().lower() for part in parts for n in str(part).split(",") if n.strip()]
     if not names:
         raise ValueError(f"no task given: choose among {', '.join(TASKS)}")
     unknown = [n for n in names if n not in TASKS]
@@ -143,11 +156,14 @@ def check_options(options: EvaluateOptions) -> tuple[str, ...]:
         )
     if not math.isfinite(float(options.code_timeout_s)):
         raise ValueError(f"code timeout must be finite, got {options.code_timeout_s!r}")
-    if options.precision not in ("fp32", "bf16"):
-        raise ValueError(f"precision must be 'fp32' or 'bf16', got {options.precision!r}")
+    if options.precision not in PRECISIONS:
+        raise ValueError(
+            f"precision must be one of {', '.join(PRECISIONS)}, got {options.precision!r}"
+        )
     out = Path(options.out).expanduser()
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file: give a folder for {RESULTS_FILE}")
+    check_output_folder(out, options.overwrite)
     return tasks
 
 
@@ -341,13 +357,15 @@ def evaluate_model(options: EvaluateOptions, lm: Any = None) -> dict[str, Any]:
     if lm is None:
         from tying.evaluation.harness import TyingLM
 
+        device = resolve_device(options.device)
+        precision = resolve_precision(options.precision, device)
         lm = TyingLM(
             spec=options.spec,
             adapter=options.adapter,
             dtype=options.dtype,
-            device=options.device,
+            device=str(device),
             batch_size=int(options.batch_size),
-            mixed_precision_dtype="bfloat16" if options.precision == "bf16" else None,
+            mixed_precision_dtype="bfloat16" if precision == "bf16" else None,
         )
     results: dict[str, Any] = {"model": options.spec, "tasks": {}}
     for task in tasks:
@@ -374,7 +392,10 @@ def evaluate_model(options: EvaluateOptions, lm: Any = None) -> dict[str, Any]:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "seconds": time.time() - started,
     }
-    if isinstance(results["run"]["options"].get("tasks"), tuple):
-        results["run"]["options"]["tasks"] = list(results["run"]["options"]["tasks"])
-    write_results(results, options.out)
+    results["run"]["options"]["tasks"] = list(tasks)
+    results["run"]["precision"] = (
+        "bf16" if getattr(lm, "mixed_precision_dtype", None) == torch.bfloat16 else "fp32"
+    )
+    with output_folder(options.out, overwrite=options.overwrite) as tmp:
+        write_results(results, tmp)
     return results
