@@ -85,6 +85,8 @@ class SideEffectsOptions:
         seq_len: tokens per window.
         batch_size: windows per forward pass.
         vocab_chunk: vocabulary columns per block of logits (memory ~ positions × vocab_chunk).
+        lens_chunk_tokens: positions per head evaluation of the logit lens (memory ~
+            lens_chunk_tokens × V).
         tasks: also evaluate both models on these tasks (gsm8k, svamp, mbpp, humaneval;
             comma-separated or several) and compare them item by item; null = no tasks.
         limit: items per task (a fixed seeded subset, >= 1); null = all.
@@ -111,6 +113,7 @@ class SideEffectsOptions:
     seq_len: int = 256
     batch_size: int = 4
     vocab_chunk: int = 8192
+    lens_chunk_tokens: int = 256
     tasks: list[str] | None = None
     limit: int | None = None
     seed: int = 0
@@ -141,7 +144,15 @@ def check_options(options: SideEffectsOptions) -> tuple[str, ...] | None:
     """
     from tying.evaluation.evaluate import parse_tasks
 
-    for name in ("seq_len", "batch_size", "vocab_chunk", "eval_batch_size", "bootstrap_resamples"):
+    positive = (
+        "seq_len",
+        "batch_size",
+        "vocab_chunk",
+        "lens_chunk_tokens",
+        "eval_batch_size",
+        "bootstrap_resamples",
+    )
+    for name in positive:
         if int(getattr(options, name)) < 1:
             raise ValueError(f"{name} must be >= 1, got {getattr(options, name)}")
     if options.max_tokens < 0 or options.lens_tokens < 0:
@@ -338,7 +349,7 @@ def lens_profiles(
     if not options.lens_tokens or pair.base.n_entries != pair.updated.n_entries:
         return None
     n = eval_window_count(store, options.seq_len, options.lens_tokens)
-    context = {"autocast": autocast, "device": device, "chunk_tokens": options.vocab_chunk}
+    context = {"autocast": autocast, "device": device, "chunk_tokens": options.lens_chunk_tokens}
     profiles = {}
     for key, model in (("base", pair.base), ("updated", pair.updated)):
         batches = window_batches(store, range(n), options.seq_len, options.batch_size)

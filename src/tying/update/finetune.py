@@ -311,7 +311,6 @@ def finetune(options: FinetuneOptions, log: Callable[[str], None] = _log) -> Fin
     examples = load_examples(options.task)
     device = resolve_device(options.device)
     precision = resolve_precision(options.precision, device)
-    torch.manual_seed(options.seed)
     loaded = load_any(options.spec)
     if loaded.tokenizer is None:
         raise ValueError(
@@ -329,6 +328,7 @@ def finetune(options: FinetuneOptions, log: Callable[[str], None] = _log) -> Fin
     record = base_record(causal, spec=options.spec, name=loaded.name, kind=loaded.kind)
     targets = list(options.target_modules or default_target_modules(loaded.model.blocks))
     adapted = check_target_modules(causal, targets)
+    torch.manual_seed(options.seed)  # LoRA's A, then the dropout masks: from the seed alone
     peft_model, interface_names = add_lora(
         causal,
         targets,
@@ -370,7 +370,7 @@ def finetune(options: FinetuneOptions, log: Callable[[str], None] = _log) -> Fin
         out, resume_step=start_step if resume_from else None, tensorboard=options.tensorboard
     )
     autocast = autocast_for(device, precision)
-    forward = loaded.model  # the Decoder / HFCausalLM, now holding the LoRA layers
+    model = loaded.model  # the Decoder / HFCausalLM, now holding the LoRA layers
     peft_model.train()
     n_trainable = sum(p.numel() for _, p in named)
     log(
@@ -424,7 +424,7 @@ def finetune(options: FinetuneOptions, log: Callable[[str], None] = _log) -> Fin
             inputs, targets_ = collate(batch, pad_id=tokenizer.eos_id)
             inputs, targets_ = inputs.to(device), targets_.to(device)
             with autocast():
-                loss = forward(inputs, targets_)
+                loss = answer_loss(model, inputs, targets_)
             value = float(loss.detach())
             if not math.isfinite(value):
                 optimizer.zero_grad(set_to_none=True)
@@ -508,6 +508,25 @@ def finetune(options: FinetuneOptions, log: Callable[[str], None] = _log) -> Fin
     }
     _write_json(out / SUMMARY_FILE, summary)
     return FinetuneResult(out, step, last_loss, seconds_per_step, summary)
+
+
+def answer_loss(model: Any, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy (nats/token) of the positions whose target is not -100.
+
+    The head runs on those positions only (`interface.loss` of the selected final hidden
+    states): the prompt positions cost the trunk, not the V-wide head. Architectures that
+    soft-cap their logits go through the model's own loss (every position, same value).
+
+    Args:
+        model: a `Decoder` or `HFCausalLM` (`final_hidden`, `interface`).
+        inputs: (B, T) token ids.
+        targets: (B, T) next tokens, -100 where no loss is taken.
+    """
+    if getattr(model, "logit_softcap", None):
+        return model(inputs, targets)
+    hidden = model.final_hidden(inputs)
+    keep = targets != -100
+    return model.interface.loss(hidden[keep], targets[keep])
 
 
 def _interface_params(peft_model: Any, names: list[str]) -> list[tuple[str, torch.nn.Parameter]]:
