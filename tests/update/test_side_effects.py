@@ -240,3 +240,42 @@ def test_bad_input_exits_2_and_writes_nothing(
     else:
         assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+
+
+def fake_results(correct: list[bool], loglik: list[float], tokens: list[int]) -> dict:
+    """A results.json with one task, gsm8k, of the given items."""
+    items = [
+        {"id": f"gsm8k/test/{i}", "correct": c, "ref_loglik": ll, "ref_tokens": n}
+        for i, (c, ll, n) in enumerate(zip(correct, loglik, tokens))
+    ]
+    k = sum(correct)
+    return {
+        "tasks": {
+            "gsm8k": {
+                "n": len(items),
+                "accuracy": k / len(items),
+                "ci95": [0.0, 1.0],
+                "ref_loglik_per_token": sum(loglik) / sum(tokens),
+                "items": items,
+            }
+        }
+    }
+
+
+def test_compare_results_by_hand() -> None:
+    from tying.evaluation.side_effects import compare_results
+
+    base = fake_results([True, False, False, True], [-10.0, -20.0, -6.0, -4.0], [10, 10, 2, 4])
+    updated = fake_results([True, True, True, False], [-5.0, -20.0, -6.0, -8.0], [10, 10, 2, 4])
+    task = compare_results(base, updated, n_resamples=500)["gsm8k"]
+    assert task["delta_accuracy"] == 0.75 - 0.5
+    # items 2, 3 only the updated model got right, item 4 only the base: p = 2·P[X <= 1], X ~ Bin(3, 1/2)
+    assert task["mcnemar"] == {"only_base": 1, "only_updated": 2, "p_value": 1.0}
+    assert task["delta_ref_loglik_per_token"] == pytest.approx(-39 / 26 - (-40 / 26))
+    # per-item log-likelihood per token: base -1, -2, -3, -1; updated -0.5, -2, -3, -2
+    assert task["ref_loglik_bootstrap"]["mean_item_difference"] == pytest.approx(-0.5 / 4)
+    other = fake_results([True] * 3, [-1.0] * 3, [1] * 3)
+    with pytest.raises(ValueError, match="different items"):
+        compare_results(base, other)
+    with pytest.raises(ValueError, match="base model only"):
+        compare_results(base, {"tasks": {}})

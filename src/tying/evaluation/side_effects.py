@@ -428,20 +428,42 @@ def cross_task(
             ),
             lm=lm,
         )
-    return compare_results(results["base"], results["updated"], options)
+    return compare_results(
+        results["base"],
+        results["updated"],
+        n_resamples=options.bootstrap_resamples,
+        seed=options.seed,
+    )
 
 
 def compare_results(
-    base: dict[str, Any], updated: dict[str, Any], options: SideEffectsOptions
+    base: dict[str, Any], updated: dict[str, Any], *, n_resamples: int = 10000, seed: int = 0
 ) -> dict[str, Any]:
-    """Per task: both accuracies, their difference with the exact McNemar test, and the change
-    of the mean per-item reference log-likelihood per token with a paired bootstrap."""
+    """Two `tying evaluate` results on the same items, task by task (`cross_task`).
+
+    Per task: both accuracies and intervals, the accuracy difference (updated − base) with the
+    exact McNemar test, and the change of the reference log-likelihood per token with a paired
+    bootstrap of the per-item values log p(ref_i) / tokens_i (docs/metrics.md §5).
+
+    Args:
+        base, updated: results.json dicts of the two models (`evaluate_model`).
+        n_resamples: resamples of the bootstrap.
+        seed: seed of the bootstrap.
+
+    Raises:
+        ValueError: a task of `base` missing from `updated`, or scored on other items.
+    """
     out = {}
     for task, entry_b in base["tasks"].items():
-        entry_u = updated["tasks"][task]
+        entry_u = updated["tasks"].get(task)
+        if entry_u is None:
+            raise ValueError(f"{task} was evaluated for the base model only: evaluate both")
         items_b, items_u = entry_b["items"], entry_u["items"]
         if [i["id"] for i in items_b] != [i["id"] for i in items_u]:
-            raise RuntimeError(f"{task}: the two evaluations scored different items")
+            raise ValueError(
+                f"{task}: the two evaluations scored different items: use the same --limit and "
+                "--seed"
+            )
         test = mcnemar_exact([i["correct"] for i in items_b], [i["correct"] for i in items_u])
         record: dict[str, Any] = {
             "n": entry_b["n"],
@@ -457,9 +479,7 @@ def compare_results(
         if entry_b["ref_loglik_per_token"] is not None:
             per_b = [i["ref_loglik"] / i["ref_tokens"] for i in items_b]
             per_u = [i["ref_loglik"] / i["ref_tokens"] for i in items_u]
-            boot = paired_bootstrap(
-                per_b, per_u, n_resamples=options.bootstrap_resamples, seed=options.seed
-            )
+            boot = paired_bootstrap(per_b, per_u, n_resamples=n_resamples, seed=seed)
             record["delta_ref_loglik_per_token"] = (
                 entry_u["ref_loglik_per_token"] - entry_b["ref_loglik_per_token"]
             )
