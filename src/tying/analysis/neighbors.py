@@ -27,16 +27,19 @@ How it is computed (exactly, in float32, fast on CPU):
   chunk-maximum prefilter: the maxima of `chunk`-element slices are taken first,
   and only the k slices with the largest maxima can hold the top k, so only they
   are searched; the result is merged into a running top-k per row;
-- candidates are ranked by one int64 key, (the float32 value's order-preserving bits << 32)
-  | (2^32 − 1 − index): the order (value descending, index ascending) with no two keys
-  equal, so `topk` on the keys has one answer. The prefilter stays exact under ties: a row
-  (or column) whose m-th and (m+1)-th largest slice maxima are equal, which only exact ties
+- ties are settled by one int64 key per entry, (the float32 value's order-preserving bits
+  << 32) | (2^32 − 1 − index): the order (value descending, index ascending) with no two
+  keys equal. Each selection takes the m + 1 largest values: where the m-th and (m+1)-th
+  differ the set is unique and only its m keys are sorted; rows tied there are ranked by key
+  over all their candidates (`_rank`). The prefilter stays exact under ties: a row (or
+  column) whose m-th and (m+1)-th largest slice maxima are equal, which only exact ties
   produce, is searched whole instead.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -148,23 +151,35 @@ def _decode_keys(keys: Tensor) -> tuple[Tensor, Tensor]:
     return values, _LOW - (keys & _LOW)
 
 
-def _top_exact(S: Tensor, m: int) -> tuple[Tensor, Tensor]:
-    """Top-m entries of each row of S (r, n) in (value desc, column asc) order: values, columns.
+def _rank(vals: Tensor, m: int, index: Callable[[Tensor, Tensor | None], Tensor]) -> Tensor:
+    """Keys of the first min(m, C) candidates of each row in (value desc, index asc) order.
+
+    Args:
+        vals: (R, C) float32 candidate values.
+        m: entries wanted per row.
+        index: index(pos, rows) -> the token indices of candidate positions `pos` (int64, same
+            shape) of the rows `rows` (None: all R rows, in order).
 
     `topk(m + 1)` on the values settles every row whose m-th and (m+1)-th values differ (its
-    top-m set is then unique; the keys only order it); rows tied at that boundary are
-    selected again by key over the whole row.
+    top-m set is then unique; only those m keys are sorted); rows tied at that boundary are
+    ranked by key over all their candidates.
     """
-    n = S.shape[1]
-    cols = torch.arange(n, device=S.device)
-    if m >= n:
-        return _decode_keys(_order_keys(S, cols).topk(n, dim=1).values)
-    v, i = S.topk(m + 1, dim=1)
-    keys = _order_keys(v[:, :m], i[:, :m]).sort(dim=1, descending=True).values
+    R, C = vals.shape
+    if C <= m:
+        pos = torch.arange(C, device=vals.device).expand(R, C)
+        return _order_keys(vals, index(pos, None)).sort(dim=1, descending=True).values
+    v, p = vals.topk(m + 1, dim=1)
+    keys = _order_keys(v[:, :m], index(p[:, :m], None)).sort(dim=1, descending=True).values
     tied = (v[:, m - 1] == v[:, m]).nonzero().flatten()
     if tied.numel():
-        keys[tied] = _order_keys(S[tied], cols).topk(m, dim=1).values
-    return _decode_keys(keys)
+        pos = torch.arange(C, device=vals.device).expand(tied.numel(), C)
+        keys[tied] = _order_keys(vals[tied], index(pos, tied)).topk(m, dim=1).values
+    return keys
+
+
+def _top_exact(S: Tensor, m: int) -> tuple[Tensor, Tensor]:
+    """Top-m entries of each row of S (r, n) in (value desc, column asc) order: values, columns."""
+    return _decode_keys(_rank(S, m, lambda pos, rows: pos))
 
 
 def _top_rows(S: Tensor, m: int, chunk: int) -> tuple[Tensor, Tensor]:
@@ -173,7 +188,7 @@ def _top_rows(S: Tensor, m: int, chunk: int) -> tuple[Tensor, Tensor]:
     Exact (the first m entries of each row in that order), via a chunk-maximum prefilter:
     columns are split into `chunk`-element interleaved slices {q, q + n/chunk, ...}. When a
     row's m-th largest slice maximum exceeds its (m+1)-th, every entry that can enter its top
-    m (ties included) lies in those m slices, which are searched by key; the rare rows where
+    m (ties included) lies in those m slices, which are ranked by `_rank`; the rare rows where
     the two are equal are searched whole.
     """
     r, n = S.shape
@@ -184,9 +199,12 @@ def _top_rows(S: Tensor, m: int, chunk: int) -> tuple[Tensor, Tensor]:
     top, slices = S3.amax(dim=1).topk(m + 1, dim=1)  # (r, m + 1), sorted
     slices = slices[:, :m]
     cand = torch.gather(S3, 2, slices.unsqueeze(1).expand(r, chunk, m))  # (r, chunk, m)
-    t = torch.arange(chunk, device=S.device).view(1, chunk, 1)
-    cols = slices.unsqueeze(1) + t * nch  # (r, chunk, m)
-    keys = _order_keys(cand, cols).reshape(r, chunk * m).topk(m, dim=1).values
+
+    def cols(pos: Tensor, rows: Tensor | None) -> Tensor:  # pos = t·m + slot
+        sl = slices if rows is None else slices[rows]
+        return sl.gather(1, pos % m) + (pos // m) * nch
+
+    keys = _rank(cand.reshape(r, chunk * m), m, cols)
     tied = (top[:, m - 1] == top[:, m]).nonzero().flatten()
     if tied.numel():
         keys[tied] = _order_keys(S[tied], torch.arange(n, device=S.device)).topk(m, dim=1).values
@@ -204,9 +222,12 @@ def _top_cols(S: Tensor, m: int, chunk: int) -> tuple[Tensor, Tensor]:
     top, slices = S3.amax(dim=1).T.topk(m + 1, dim=1)  # (n, m + 1), sorted
     slices = slices[:, :m]
     cand = torch.gather(S3, 0, slices.T.unsqueeze(1).expand(m, chunk, n))  # (m, chunk, n)
-    t = torch.arange(chunk, device=S.device).view(1, chunk, 1)
-    rows = slices.T.unsqueeze(1) * chunk + t  # (m, chunk, n)
-    keys = _order_keys(cand, rows).reshape(m * chunk, n).T.topk(m, dim=1).values
+
+    def rows_of(pos: Tensor, cols: Tensor | None) -> Tensor:  # pos = slot·chunk + t
+        sl = slices if cols is None else slices[cols]
+        return sl.gather(1, pos // chunk) * chunk + pos % chunk
+
+    keys = _rank(cand.reshape(m * chunk, n).T, m, rows_of)
     tied = (top[:, m - 1] == top[:, m]).nonzero().flatten()
     if tied.numel():
         keys[tied] = (
@@ -219,8 +240,13 @@ def _merge(vals: Tensor, idx: Tensor, lo: int, hi: int, new_v: Tensor, new_i: Te
     """Merge candidates (new_v, new_i) of rows lo:hi into the running top-m (vals, idx) in place,
     keeping the (value desc, index asc) order."""
     m = vals.shape[1]
-    keys = torch.cat([_order_keys(vals[lo:hi], idx[lo:hi]), _order_keys(new_v, new_i)], dim=1)
-    top_v, top_i = _decode_keys(keys.topk(m, dim=1).values)
+    cat_v = torch.cat([vals[lo:hi], new_v], dim=1)
+    cat_i = torch.cat([idx[lo:hi], new_i], dim=1)
+
+    def index(pos: Tensor, rows: Tensor | None) -> Tensor:
+        return (cat_i if rows is None else cat_i[rows]).gather(1, pos)
+
+    top_v, top_i = _decode_keys(_rank(cat_v, m, index))
     vals[lo:hi] = top_v
     idx[lo:hi] = top_i
 
