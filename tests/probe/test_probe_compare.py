@@ -77,7 +77,7 @@ def test_comparison_blocks_have_every_pair(compared) -> None:
     }
     assert [(r["source"], r["target"]) for r in report["alignment"]["pairs"]] == expected
     labels = [r["label"] for r in report["alignment"]["pairs"]]
-    assert labels[2] == "B.output (untied) → A (tt)"
+    assert labels[2] == "B.output (untied) → A.input (tt)"
     assert labels[5] == "B.input (untied) → B.output (untied)"
     assert report["alignment"]["identity_mode"] == "raw"
     assert report["spectral_distance"]["definition"] == "published"
@@ -190,7 +190,7 @@ def test_paper_direction_rules() -> None:
     assert got[3] == ("B.input", "A.output") and got[1] == ("A.input", "B.input")
     assert got[4] == ("A.output", "B.output")
     label = pair_label(_named("tt", "untied", shared_a=True), "B.output", "A.input")
-    assert label == "B.output (untied) → A (tt)"
+    assert label == "B.output (untied) → A.input (tt)"
 
 
 def test_probe_options_choose_the_definitions(llamas, tmp_path) -> None:

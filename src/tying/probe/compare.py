@@ -142,18 +142,8 @@ def paper_direction(named: NamedMatrices, pairs: list[tuple[str, str]]) -> list[
 
 
 def pair_label(named: NamedMatrices, source: str, target: str) -> str:
-    """ "source → target" with each matrix's model interface, e.g. "B.output (untied) → A (tt)".
-
-    A matrix that is both sides of its model (raw transpose tying) is named by its model
-    letter alone.
-    """
-
-    def name(x: str) -> str:
-        model = x.split(".")[0]
-        shared = named.key[f"{model}.input"] == named.key[f"{model}.output"]
-        return f"{model if shared else x} ({named.tie.get(x, 'untied')})"
-
-    return f"{name(source)} → {name(target)}"
+    """ "source → target" with each matrix's model interface, e.g. "B.output (untied) → A.input (tt)"."""
+    return f"{source} ({named.tie.get(source, 'untied')}) → {target} ({named.tie.get(target, 'untied')})"
 
 
 def alignment_block(
