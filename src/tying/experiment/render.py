@@ -153,7 +153,8 @@ def build_document(report: dict[str, Any], out_dir: Path) -> Document:
                 ],
                 align,
                 title="Alignment: mean per-token cosine after the best identity / orthogonal / linear "
-                "map, mean-centred (docs/metrics.md §2; 1 = aligned)",
+                "map of the source onto the target (untied onto tied, as the weight-tying-bias paper "
+                "reads its rows; raw cosine for identity; docs/metrics.md §2; 1 = aligned)",
             )
         )
         sec.add(

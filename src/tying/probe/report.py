@@ -185,23 +185,31 @@ def _comparison(data: dict[str, Any]) -> list[str]:
         if (err := _error(block)) is not None:
             lines += err
         else:
+            mode = block.get("identity_mode", "raw")
             lines += [
-                f"Maps: {block['maps']}; columns are the fitted map (docs/metrics.md §2).",
+                f"Maps: {block['maps']}; columns are the fitted map of the source onto the "
+                f"target, in the bias paper's direction (untied onto tied, input onto output); "
+                f"identity on {mode} rows (docs/metrics.md §2).",
                 "",
             ]
             rows = [
-                [r["source"], r["target"], r["identity"], r["orthogonal"], r["linear"]]
+                [
+                    r.get("label", f"{r['source']} → {r['target']}"),
+                    r["identity"],
+                    r["orthogonal"],
+                    r["linear"],
+                ]
                 for r in block["pairs"]
             ]
-            lines += _table(["source", "target", "identity", "orthogonal", "linear"], rows)
+            lines += _table(["source → target", "identity", "orthogonal", "linear"], rows)
     if "knn_overlap" in data:
         block = data["knn_overlap"]
         lines += ["### KNN overlap (fraction of shared cosine neighbours; unitless, [0, 1])", ""]
         if (err := _error(block)) is not None:
             lines += err
         else:
-            rows = [[r["a"], r["b"], r["overlap"]] for r in block["pairs"]]
-            lines += _table(["a", "b", f"KNN@{block['k']}"], rows)
+            rows = [[r.get("label", f"{r['a']} – {r['b']}"), r["overlap"]] for r in block["pairs"]]
+            lines += _table(["pair", f"KNN@{block['k']}"], rows)
     if "spectral_distance" in data:
         block = data["spectral_distance"]
         lines += ["### Spectral distance (unitless, ≥ 0; 0 = equal kNN graphs)", ""]
@@ -210,11 +218,12 @@ def _comparison(data: dict[str, Any]) -> list[str]:
         else:
             lines += [
                 f"kNN graphs with k = {block['k']}, omnibus embedding of "
-                f"{block['n_components']} components.",
+                f"{block['n_components']} components, definition "
+                f"`{block.get('definition', 'union-frobenius')}` (docs/metrics.md §2).",
                 "",
             ]
-            rows = [[r["a"], r["b"], r["distance"]] for r in block["pairs"]]
-            lines += _table(["a", "b", "distance"], rows)
+            rows = [[r.get("label", f"{r['a']} – {r['b']}"), r["distance"]] for r in block["pairs"]]
+            lines += _table(["pair", "distance"], rows)
     return lines
 
 

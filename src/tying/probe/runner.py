@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import torch
 
+from tying.analysis import IDENTITY_MODES, definition_parts
 from tying.config import positional
 from tying.probe import compare
 from tying.probe.matrices import MAPS, InterfaceMatrices, interface_matrices, model_info
@@ -85,6 +86,10 @@ class ProbeOptions:
         k: neighbours of the KNN@k overlap.
         spectral_k: neighbours of the spectral distance's kNN graphs.
         n_components: eigenpairs of the omnibus embedding.
+        spectral_definition: "published" (the bias paper's code: half-weight graphs,
+            spectral norm) or "union-frobenius" (binary union graphs, Frobenius norm).
+        identity: the identity alignment of raw rows ("raw", published) or of mean-centred
+            ones ("centred").
         maps: matrices the comparisons use, "raw" (E, U) or "effective" (s·E, U diag(g)).
         pairs: "all" six pairs of {A,B}.{input,output}, or "cross" (A.x vs B.y only).
         skip: blocks left out (see BLOCKS): names, or one "a,b" string (aliases allowed).
@@ -103,8 +108,10 @@ class ProbeOptions:
     k: int = 10
     spectral_k: int = 64
     n_components: int = 128
-    maps: str = "raw"
-    pairs: str = "all"
+    spectral_definition: Literal["published", "union-frobenius"] = "published"
+    identity: Literal["raw", "centred"] = "raw"
+    maps: Literal["raw", "effective"] = "raw"
+    pairs: Literal["all", "cross"] = "all"
     skip: frozenset[str] | str = field(default_factory=frozenset)
     tokenizer: str | None = None
     against_tokenizer: str | None = None
@@ -123,6 +130,9 @@ class ProbeOptions:
         if self.maps not in MAPS:
             raise ValueError(f"maps must be one of {MAPS}, got {self.maps!r}")
         compare.pairs_of(self.pairs)
+        definition_parts(self.spectral_definition)
+        if self.identity not in IDENTITY_MODES:
+            raise ValueError(f"identity must be one of {IDENTITY_MODES}, got {self.identity!r}")
 
 
 @dataclass
@@ -294,14 +304,14 @@ def _comparison(options: ProbeOptions, a: InterfaceMatrices, report: _Report) ->
     report.data["vocab_match"] = match
     stages.log(f"vocab_match: {match['matched']} tokens matched (by {match['by']})")
     named = compare.named_matrices(a, b, idx_a, idx_b, options.maps)
-    pairs = compare.pairs_of(options.pairs)
+    pairs = compare.paper_direction(named, compare.pairs_of(options.pairs))
     common = {"maps": options.maps, "pair_set": options.pairs}
 
     _compute(
         report,
         skip,
         "alignment",
-        lambda: {**common, **compare.alignment_block(named, pairs)},
+        lambda: {**common, **compare.alignment_block(named, pairs, options.identity)},
         f"{len(pairs)} pairs",
     )
 
@@ -338,7 +348,13 @@ def _comparison(options: ProbeOptions, a: InterfaceMatrices, report: _Report) ->
             lambda: {
                 **common,
                 **compare.spectral_block(
-                    named, pairs, lists, options.spectral_k, options.n_components, stages.log
+                    named,
+                    pairs,
+                    lists,
+                    options.spectral_k,
+                    options.n_components,
+                    stages.log,
+                    options.spectral_definition,
                 ),
             },
         )
