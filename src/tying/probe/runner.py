@@ -4,6 +4,7 @@ Outputs in the output folder:
 
     probe.json              every number (the contract: docs/metrics.md, "probe.json")
     probe.md                the same numbers as tables with units, the plots linked
+    probe.html              the same page, self-contained (plots embedded)
     norm_frequency.png      row norm against log frequency, E and U
     spectra.png             singular values of E and U
     drift.png               drift curves (training runs with >= 2 checkpoints)
@@ -409,7 +410,8 @@ class ProbeResult:
 
     Attributes:
         report: the probe.json content.
-        json_path, markdown_path: the files written.
+        json_path, markdown_path, html_path: the files written (probe.html: the same page as
+            probe.md, self-contained).
         plots: plot name -> PNG path.
         errors: blocks that failed (each {"error": ...} in the report).
     """
@@ -417,6 +419,7 @@ class ProbeResult:
     report: dict[str, Any]
     json_path: Path
     markdown_path: Path
+    html_path: Path
     plots: dict[str, Path]
     errors: list[str]
 
@@ -424,7 +427,7 @@ class ProbeResult:
 def run_probe(
     options: ProbeOptions, out: str | Path | None = None, log: Log = quiet_log
 ) -> ProbeResult:
-    """Probe a model (and compare it with `options.against`), write probe.json, probe.md, PNGs.
+    """Probe a model (and compare it with `options.against`): probe.json, .md, .html, PNGs.
 
     Args:
         options: the model(s) and settings.
@@ -439,7 +442,7 @@ def run_probe(
         ValueError: an unsupported model or tokenizer (loading errors stop the probe; errors
             inside a block are reported in that block).
     """
-    from tying.probe.report import render_markdown
+    from tying.probe.report import write_probe_documents
 
     start = time.perf_counter()
     out = Path(out or options.out or f"probe-{Path(options.spec).name or 'model'}")
@@ -466,12 +469,12 @@ def run_probe(
     data = _finite(report.data)
     json_path = out / "probe.json"
     json_path.write_text(json.dumps(data, indent=2) + "\n")
-    md_path = out / "probe.md"
-    md_path.write_text(render_markdown(data))
+    md_path, html_path = write_probe_documents(data, out)
     return ProbeResult(
         report=data,
         json_path=json_path,
         markdown_path=md_path,
+        html_path=html_path,
         plots={k: out / v for k, v in files.items()},
         errors=list(report.errors),
     )
