@@ -36,7 +36,7 @@ LAYERS: dict[str, int] = {
     "lens": 6,
     "probe": 6,
     "teacher": 6,
-    "report": 6,
+    "report": 5,
     "evaluation": 7,
     "update": 8,
     "experiment": 9,

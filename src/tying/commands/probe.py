@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     result = run_probe(options, log=quiet_log if args.quiet else stderr_log())
     timings = result.report["timings_s"]
     print(
-        f"wrote {result.json_path}, {result.markdown_path} and {len(result.plots)} plot(s) "
+        f"wrote {result.json_path}, {result.markdown_path}, {result.html_path} and "
+        f"{len(result.plots)} plot(s) "
         f"in {timings['total']:.1f} s"
     )
     if result.errors:

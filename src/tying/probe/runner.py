@@ -4,6 +4,7 @@ Outputs in the output folder:
 
     probe.json              every number (the contract: docs/metrics.md, "probe.json")
     probe.md                the same numbers as tables with units, the plots linked
+    probe.html              the same page, self-contained (plots embedded)
     norm_frequency.png      row norm against log frequency, E and U
     spectra.png             singular values of E and U
     drift.png               drift curves (training runs with >= 2 checkpoints)
@@ -24,6 +25,7 @@ from typing import Any, Literal
 
 import torch
 
+from tying.analysis import IDENTITY_MODES, definition_parts
 from tying.config import positional
 from tying.probe import compare
 from tying.probe.matrices import MAPS, InterfaceMatrices, interface_matrices, model_info
@@ -85,6 +87,10 @@ class ProbeOptions:
         k: neighbours of the KNN@k overlap.
         spectral_k: neighbours of the spectral distance's kNN graphs.
         n_components: eigenpairs of the omnibus embedding.
+        spectral_definition: "published" (the bias paper's code: half-weight graphs,
+            spectral norm) or "union-frobenius" (binary union graphs, Frobenius norm).
+        identity: the identity alignment of raw rows ("raw", published) or of mean-centred
+            ones ("centred").
         maps: matrices the comparisons use, "raw" (E, U) or "effective" (s·E, U diag(g)).
         pairs: "all" six pairs of {A,B}.{input,output}, or "cross" (A.x vs B.y only).
         skip: blocks left out (see BLOCKS): names, or one "a,b" string (aliases allowed).
@@ -103,8 +109,10 @@ class ProbeOptions:
     k: int = 10
     spectral_k: int = 64
     n_components: int = 128
-    maps: str = "raw"
-    pairs: str = "all"
+    spectral_definition: Literal["published", "union-frobenius"] = "published"
+    identity: Literal["raw", "centred"] = "raw"
+    maps: Literal["raw", "effective"] = "raw"
+    pairs: Literal["all", "cross"] = "all"
     skip: frozenset[str] | str = field(default_factory=frozenset)
     tokenizer: str | None = None
     against_tokenizer: str | None = None
@@ -123,6 +131,9 @@ class ProbeOptions:
         if self.maps not in MAPS:
             raise ValueError(f"maps must be one of {MAPS}, got {self.maps!r}")
         compare.pairs_of(self.pairs)
+        definition_parts(self.spectral_definition)
+        if self.identity not in IDENTITY_MODES:
+            raise ValueError(f"identity must be one of {IDENTITY_MODES}, got {self.identity!r}")
 
 
 @dataclass
@@ -294,14 +305,14 @@ def _comparison(options: ProbeOptions, a: InterfaceMatrices, report: _Report) ->
     report.data["vocab_match"] = match
     stages.log(f"vocab_match: {match['matched']} tokens matched (by {match['by']})")
     named = compare.named_matrices(a, b, idx_a, idx_b, options.maps)
-    pairs = compare.pairs_of(options.pairs)
+    pairs = compare.paper_direction(named, compare.pairs_of(options.pairs))
     common = {"maps": options.maps, "pair_set": options.pairs}
 
     _compute(
         report,
         skip,
         "alignment",
-        lambda: {**common, **compare.alignment_block(named, pairs)},
+        lambda: {**common, **compare.alignment_block(named, pairs, options.identity)},
         f"{len(pairs)} pairs",
     )
 
@@ -338,7 +349,13 @@ def _comparison(options: ProbeOptions, a: InterfaceMatrices, report: _Report) ->
             lambda: {
                 **common,
                 **compare.spectral_block(
-                    named, pairs, lists, options.spectral_k, options.n_components, stages.log
+                    named,
+                    pairs,
+                    lists,
+                    options.spectral_k,
+                    options.n_components,
+                    stages.log,
+                    options.spectral_definition,
                 ),
             },
         )
@@ -393,7 +410,8 @@ class ProbeResult:
 
     Attributes:
         report: the probe.json content.
-        json_path, markdown_path: the files written.
+        json_path, markdown_path, html_path: the files written (probe.html: the same page as
+            probe.md, self-contained).
         plots: plot name -> PNG path.
         errors: blocks that failed (each {"error": ...} in the report).
     """
@@ -401,6 +419,7 @@ class ProbeResult:
     report: dict[str, Any]
     json_path: Path
     markdown_path: Path
+    html_path: Path
     plots: dict[str, Path]
     errors: list[str]
 
@@ -408,7 +427,7 @@ class ProbeResult:
 def run_probe(
     options: ProbeOptions, out: str | Path | None = None, log: Log = quiet_log
 ) -> ProbeResult:
-    """Probe a model (and compare it with `options.against`), write probe.json, probe.md, PNGs.
+    """Probe a model (and compare it with `options.against`): probe.json, .md, .html, PNGs.
 
     Args:
         options: the model(s) and settings.
@@ -423,7 +442,7 @@ def run_probe(
         ValueError: an unsupported model or tokenizer (loading errors stop the probe; errors
             inside a block are reported in that block).
     """
-    from tying.probe.report import render_markdown
+    from tying.probe.report import write_probe_documents
 
     start = time.perf_counter()
     out = Path(out or options.out or f"probe-{Path(options.spec).name or 'model'}")
@@ -450,12 +469,12 @@ def run_probe(
     data = _finite(report.data)
     json_path = out / "probe.json"
     json_path.write_text(json.dumps(data, indent=2) + "\n")
-    md_path = out / "probe.md"
-    md_path.write_text(render_markdown(data))
+    md_path, html_path = write_probe_documents(data, out)
     return ProbeResult(
         report=data,
         json_path=json_path,
         markdown_path=md_path,
+        html_path=html_path,
         plots={k: out / v for k, v in files.items()},
         errors=list(report.errors),
     )

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from tying.config import positional
+from tying.report.style import MARKERS, plain_ticks, series_style
 from tying.train.metrics import metric_label, metric_series, read_metrics, rolling_mean
 
-MARKERS = ("o", "s", "^", "D", "v", "x", "+", "*")
+__all__ = ["MARKERS", "PlotOptions", "PlotResult", "Series", "metrics_figure", "plot_metrics"]
 
 
 @dataclass
@@ -81,14 +82,48 @@ class PlotResult:
     series: list[Series]
 
 
+def _ylabel(metric: str, rolling: int) -> str:
+    """The y label, unit last: "loss, rolling mean of 20 (nats/token)"."""
+    name, paren, unit = metric_label(metric).partition(" (")
+    if rolling > 1:
+        name += f", rolling mean of {rolling}"
+    return name + paren + unit
+
+
+def metrics_figure(series: Sequence[Series], options: PlotOptions) -> Any:
+    """The `plot_metrics` figure of the read series (a matplotlib `Figure`, not saved)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.5, 4.5))
+    ax = fig.subplots()
+    for i, s in enumerate(series):
+        (line,) = ax.plot(
+            s.steps,
+            s.smooth,
+            label=s.run.resolve().name,
+            linewidth=1.6,
+            **series_style(i, len(s.steps), size=5),
+        )
+        if options.rolling > 1:
+            ax.plot(s.steps, s.values, color=line.get_color(), alpha=0.25, linewidth=0.8)
+    ax.set_xlabel("step (optimizer steps)")
+    ax.set_ylabel(_ylabel(options.metric, options.rolling))
+    if options.ylim is not None:
+        ax.set_ylim(*options.ylim)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(options.metric)
+    plain_ticks(ax)
+    fig.tight_layout()
+    return fig
+
+
 def plot_metrics(options: PlotOptions) -> PlotResult:
     """Plot `options.metric` of every run (see the module docstring).
 
     Raises:
         ValueError: a run without values of the metric (the message lists the ones it has).
     """
-    from matplotlib.figure import Figure
-
     series = []
     for run_dir in options.runs:
         rows = read_metrics(run_dir)
@@ -102,31 +137,7 @@ def plot_metrics(options: PlotOptions) -> PlotResult:
             )
         series.append(Series(Path(run_dir), steps, values, rolling_mean(values, options.rolling)))
 
-    fig = Figure(figsize=(7.5, 4.5))
-    ax = fig.subplots()
-    for i, s in enumerate(series):
-        name = s.run.resolve().name
-        every = max(1, len(s.steps) // 12)
-        (line,) = ax.plot(
-            s.steps,
-            s.smooth,
-            label=name,
-            linewidth=1.6,
-            marker=MARKERS[i % len(MARKERS)],
-            markevery=(i % every, every),
-            markersize=5,
-        )
-        if options.rolling > 1:
-            ax.plot(s.steps, s.values, color=line.get_color(), alpha=0.25, linewidth=0.8)
-    ax.set_xlabel("step")
-    label = metric_label(options.metric)
-    ax.set_ylabel(label + (f", rolling mean of {options.rolling}" if options.rolling > 1 else ""))
-    if options.ylim is not None:
-        ax.set_ylim(*options.ylim)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(options.metric)
-    fig.tight_layout()
+    fig = metrics_figure(series, options)
     out = Path(options.out) if options.out else Path(options.runs[0]) / f"plot-{options.metric}.png"
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
@@ -134,7 +145,7 @@ def plot_metrics(options: PlotOptions) -> PlotResult:
     if options.json:
         data = {
             "metric": options.metric,
-            "unit": label,
+            "unit": metric_label(options.metric),
             "rolling": options.rolling,
             "runs": [
                 {"run": str(s.run), "steps": s.steps, "values": s.values, "rolling_mean": s.smooth}
