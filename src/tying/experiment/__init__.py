@@ -1,4 +1,4 @@
-"""`tying experiment`: a grid tie × mode × seed at one token budget, then one report.
+"""`tying experiment`: a grid tie × mode × seed at one token budget, updates, then one report.
 
     from tying.config import load_config
     from tying.experiment import ExperimentConfig, run_experiment
@@ -7,6 +7,8 @@
 
 - `config`: `ExperimentConfig` (+ `LensSettings`, `AnalysisSettings`, `RunSpec`).
 - `runner`: trains the cells in-process, resumable (DONE.json markers).
+- `updates`: the update stage (LoRA adapters, their evaluation, side effects, paired
+  comparisons), resumable by its output files.
 - `analysis`: the report.json numbers (metrics.jsonl, tying.probe, tying lens).
 - `plots`, `render`: figures and the Markdown/HTML report (`tying.report`).
 - `demo`: the fixed small experiment of `tying demo`.
@@ -62,7 +64,13 @@ def run_experiment(
     from tying.experiment.analysis import analyze
 
     outcomes = run_grid(cfg, progress=progress, log=log)
+    if cfg.updates.bases:
+        from tying.experiment.updates import analyze_updates, run_updates
+
+        run_updates(cfg, progress=progress, log=log)
     report = analyze(cfg, progress=progress, log=log)
+    if cfg.updates.bases:
+        report["updates"] = analyze_updates(cfg)
     json_path, md, page = write_report(report, cfg.root)
     log(f"wrote {json_path.name}, {md.name} and {page.name} in {cfg.root}")
     return ExperimentResult(json.loads(json_path.read_text()), json_path, md, page, outcomes)

@@ -94,6 +94,96 @@ class AnalysisSettings:
             raise ConfigError(f"analysis.skip: {e}") from None
 
 
+#: Update-stage option keys the stage sets itself (per base, task and folder).
+UPDATE_OWN_KEYS = ("spec", "base", "updated", "task", "tasks", "out", "adapter", "resume", "limit")
+
+
+@dataclass
+class UpdateSettings:
+    """The update stage after the grid (`ExperimentConfig.updates`): a LoRA adapter per base
+    model and task, every model evaluated on the same seeded items, and the side effects.
+
+    Attributes:
+        bases: {name: model} of the models updated: "teacher" (`teacher_model` as it is), the
+            name of a grid run (e.g. teacher-pit-s0) or any model spec; empty = no update stage.
+        tasks: update tasks: one adapter per base and task (mbpp, gsm8k or a .jsonl file).
+        eval_tasks: tasks every base and every adapter is evaluated on (the cross-task change
+            of an adapter is its change on the tasks it was not trained for).
+        limit: items per evaluated task (a fixed seeded subset, the same for every model);
+            null = all.
+        seed: seed of the task subsets, the LoRA initialisation and the bootstraps.
+        compare: pairs [control, treatment] of base names (e.g. [tt, pit]) compared item by
+            item after the same update: exact McNemar on correctness, paired bootstraps of
+            the reference log-likelihood (over items) and of the side-effect KL (over windows).
+        finetune: `tying finetune` options shared by every adapter (max_steps, batch_size,
+            lr, rank, ...).
+        evaluate: `tying evaluate` options shared by every evaluation (batch_size,
+            max_new_tokens, num_fewshot, precision, ...).
+        side_effects: `tying side-effects` options (texts, max_tokens, lens_tokens, ...);
+            `skip: true` leaves the side effects out.
+    """
+
+    bases: dict[str, str] = field(default_factory=dict)
+    tasks: list[str] = field(default_factory=lambda: ["mbpp", "gsm8k"])
+    eval_tasks: list[str] = field(default_factory=lambda: ["gsm8k", "svamp", "mbpp", "humaneval"])
+    limit: int | None = 20
+    seed: int = 0
+    compare: list[list[str]] = field(default_factory=list)
+    finetune: dict[str, Any] = field(default_factory=dict)
+    evaluate: dict[str, Any] = field(default_factory=dict)
+    side_effects: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from tying.evaluation.evaluate import EvaluateOptions, parse_tasks
+        from tying.evaluation.side_effects import SideEffectsOptions
+        from tying.update.finetune import FinetuneOptions
+
+        for name in self.bases:
+            if not _SAFE_NAME.fullmatch(str(name)):
+                raise ConfigError(
+                    f"updates.bases: name {name!r} must be letters, digits, '.', '_' or '-' "
+                    "(it names a folder)"
+                )
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError(f"updates.limit must be >= 1 or null, got {self.limit}")
+        if not self.tasks or len(set(self.tasks)) != len(self.tasks):
+            raise ConfigError(
+                f"updates.tasks must be a non-empty list without duplicates: {self.tasks}"
+            )
+        try:
+            parse_tasks(self.eval_tasks)
+        except ValueError as e:
+            raise ConfigError(f"updates.eval_tasks: {e}") from None
+        for pair in self.compare:
+            if len(pair) != 2 or pair[0] == pair[1] or any(p not in self.bases for p in pair):
+                raise ConfigError(
+                    f"updates.compare: {pair} must be two different names of updates.bases "
+                    f"({', '.join(self.bases) or 'none given'})"
+                )
+        sections = (
+            ("finetune", FinetuneOptions, {"spec": "model"}),
+            ("evaluate", EvaluateOptions, {"spec": "model"}),
+            ("side_effects", SideEffectsOptions, {"base": "a", "updated": "b"}),
+        )
+        for section, cls, required in sections:
+            keys = dict(getattr(self, section))
+            skip = keys.pop("skip", False) if section == "side_effects" else False
+            if not isinstance(skip, bool):
+                raise ConfigError(f"updates.side_effects.skip must be true or false, got {skip!r}")
+            own = [k for k in keys if k in UPDATE_OWN_KEYS]
+            if own:
+                raise ConfigError(
+                    f"updates.{section}: {own} are set by the update stage (bases, tasks, "
+                    "eval_tasks, limit); remove them"
+                )
+            from_dict(cls, {**keys, **required}, source=f"updates.{section}")
+
+    @property
+    def skip_side_effects(self) -> bool:
+        """True when `side_effects` says `skip: true`."""
+        return bool(self.side_effects.get("skip", False))
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One grid cell.
@@ -139,6 +229,8 @@ class ExperimentConfig:
         teacher: TrainConfig keys of teacher-mode runs (after `train`).
         lens: the lens evaluation after the grid.
         analysis: the probes and metrics after the grid.
+        updates: LoRA updates of chosen models after the grid, their evaluation and side
+            effects (empty `bases`: none).
         keep_optimizer_states: keep optimizer.pt in every checkpoint of a finished run (false:
             only in the newest; the older ones keep their weights, which is all drift reads).
     """
@@ -157,6 +249,7 @@ class ExperimentConfig:
     teacher: dict[str, Any] = field(default_factory=dict)
     lens: LensSettings = field(default_factory=LensSettings)
     analysis: AnalysisSettings = field(default_factory=AnalysisSettings)
+    updates: UpdateSettings = field(default_factory=UpdateSettings)
     keep_optimizer_states: bool = False
 
     def __post_init__(self) -> None:
@@ -202,6 +295,24 @@ class ExperimentConfig:
                 raise ConfigError(f"variants.{name}: {bad} are set per grid cell; remove them")
         for spec in self.runs():  # every cell's TrainConfig must be valid before anything runs
             self.train_config(spec)
+        for name, model in self.updates.bases.items():
+            if self.update_base_is_run(model) is None and _RUN_NAME.fullmatch(model):
+                names = ", ".join(s.name for s in self.runs())
+                raise ConfigError(
+                    f"updates.bases.{name}: {model!r} looks like a grid run but the grid has "
+                    f"only {names}"
+                )
+
+    def update_base_is_run(self, model: str) -> RunSpec | None:
+        """The grid cell named `model` (e.g. teacher-pit-s0), or None."""
+        return next((s for s in self.runs() if s.name == model), None)
+
+    def update_base_spec(self, model: str) -> str:
+        """The model spec of an `updates.bases` value: the teacher, a run folder or `model`."""
+        if model == "teacher":
+            return self.teacher_model
+        spec = self.update_base_is_run(model)
+        return str(self.run_dir(spec)) if spec is not None else model
 
     def labels(self) -> list[tuple[str, str]]:
         """(label, tie) of the grid's columns: the variants, else the ties."""
@@ -271,6 +382,8 @@ class ExperimentConfig:
 
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+")
+#: The shape of a grid run's name (mode-label-sSEED).
+_RUN_NAME = re.compile(r"(scratch|teacher)-[A-Za-z0-9._-]+-s[0-9]+")
 
 
 def load_experiment(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Any:

@@ -266,4 +266,8 @@ def build_document(report: dict[str, Any], out_dir: Path) -> Document:
                     }
                 )
         sec.add(Table([Column("key", "quantity"), Column("value", "value")], rows))
+    if report.get("updates"):
+        from tying.experiment.render_updates import add_updates_section
+
+        add_updates_section(doc, report["updates"])
     return doc

@@ -1,0 +1,335 @@
+"""The update stage of an experiment: LoRA adapters on chosen models, evaluated the same way,
+with their side effects and TT-vs-PIT comparisons (`ExperimentConfig.updates`).
+
+For every base model B (`updates.bases`) and update task T (`updates.tasks`):
+
+    out/updates/B/eval/results.json            B on `eval_tasks` (tying evaluate)
+    out/updates/B/T/adapter/                   the LoRA adapter (tying finetune)
+    out/updates/B/T/eval/results.json          B + adapter on the same items
+    out/updates/B/T/side-effects/side_effects.json   B against B + adapter (tying side-effects)
+
+Each step is skipped when its output exists (results.json, finetune.json, side_effects.json)
+and a killed adapter resumes from its newest checkpoint, so a rerun continues the stage. The
+steps are the verbs' library functions with the experiment's option sections.
+
+`analyze_updates` reads those files into the report's `updates` block:
+
+    {"bases": {B: {"model", "eval": {task: accuracy, ci95, n, ref_loglik_per_token}}},
+     "adapters": [{"base", "task", "steps", "final_loss", "seconds_per_step",
+                   "eval": {...}, "change": {task: compare_results(B, B + adapter)},
+                   "side_effects": {"texts": {text: kl_nats, kl_nats_ci95, delta_loss,
+                                     delta_loss_ci95, top1_agreement, tokens},
+                                    "lens_kl_change": [...], "interface_change": {...}}}],
+     "comparisons": [{"control", "treatment", "task",
+                      "updated": {eval task: McNemar and bootstrap, treatment vs control},
+                      "gain": {eval task: paired bootstrap of the per-item change of the
+                               reference log-likelihood, treatment's minus control's},
+                      "side_effects": {text: paired bootstrap over windows of the KL,
+                                       treatment minus control}}]}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tying.config import from_dict
+from tying.experiment.config import ExperimentConfig
+
+#: Files that mark a finished step.
+RESULTS_FILE = "results.json"
+FINETUNE_FILE = "finetune.json"
+SIDE_EFFECTS_FILE = "side_effects.json"
+
+
+def task_label(task: str) -> str:
+    """Folder name of an update task: the task name, or a .jsonl file's stem."""
+    return Path(task).stem if task.endswith(".jsonl") else task
+
+
+@dataclass(frozen=True)
+class UpdateFolders:
+    """The folders of one base model and one update task (see the module docstring)."""
+
+    base_eval: Path
+    adapter: Path
+    eval: Path
+    side_effects: Path
+
+
+def update_folders(cfg: ExperimentConfig, base: str, task: str) -> UpdateFolders:
+    """Where the stage writes base `base`'s evaluation and its `task` adapter's files."""
+    root = cfg.root / "updates" / base
+    leaf = root / task_label(task)
+    return UpdateFolders(root / "eval", leaf / "adapter", leaf / "eval", leaf / "side-effects")
+
+
+def _evaluate(cfg: ExperimentConfig, spec: str, adapter: Path | None, out: Path) -> None:
+    from tying.evaluation.evaluate import EvaluateOptions, evaluate_model
+
+    u = cfg.updates
+    options = from_dict(
+        EvaluateOptions,
+        {
+            **u.evaluate,
+            "spec": spec,
+            "adapter": str(adapter) if adapter is not None else None,
+            "tasks": list(u.eval_tasks),
+            "limit": u.limit,
+            "seed": u.seed,
+            "out": str(out),
+        },
+        source="updates.evaluate",
+    )
+    evaluate_model(options)
+
+
+def _finetune(cfg: ExperimentConfig, spec: str, task: str, out: Path, progress: bool) -> None:
+    from tying.update.finetune import FinetuneOptions, finetune
+
+    data = {"seed": cfg.updates.seed, "progress": progress, **cfg.updates.finetune}
+    data.update(spec=spec, task=task, out=str(out), resume=True)
+    finetune(from_dict(FinetuneOptions, data, source="updates.finetune"))
+
+
+def _side_effects(
+    cfg: ExperimentConfig, spec: str, adapter: Path, out: Path, progress: bool
+) -> None:
+    from tying.evaluation.side_effects import SideEffectsOptions, run_side_effects
+
+    keys = {k: v for k, v in cfg.updates.side_effects.items() if k != "skip"}
+    data = {"seed": cfg.updates.seed, "progress": progress, **keys}
+    data.update(base=spec, updated=spec, adapter=str(adapter), out=str(out))
+    run_side_effects(from_dict(SideEffectsOptions, data, source="updates.side_effects"))
+
+
+def run_updates(
+    cfg: ExperimentConfig, progress: bool = True, log: Callable[[str], None] = print
+) -> None:
+    """Evaluate, update and measure every base and task (finished steps skipped)."""
+    u = cfg.updates
+    steps = len(u.bases) * (1 + len(u.tasks) * (2 if u.skip_side_effects else 3))
+    done = 0
+
+    def step(what: str, marker: Path, work: Callable[[], None]) -> None:
+        nonlocal done
+        done += 1
+        if marker.is_file():
+            log(f"[update {done}/{steps}] {what}: already done, skipped")
+            return
+        log(f"[update {done}/{steps}] {what}")
+        work()
+
+    for base, model in u.bases.items():
+        spec = cfg.update_base_spec(model)
+        first = update_folders(cfg, base, u.tasks[0])
+        step(
+            f"{base}: evaluate",
+            first.base_eval / RESULTS_FILE,
+            lambda spec=spec, out=first.base_eval: _evaluate(cfg, spec, None, out),
+        )
+        for task in u.tasks:
+            f = update_folders(cfg, base, task)
+            step(
+                f"{base}: finetune on {task}",
+                f.adapter / FINETUNE_FILE,
+                lambda spec=spec, task=task, f=f: _finetune(cfg, spec, task, f.adapter, progress),
+            )
+            step(
+                f"{base} + {task_label(task)} adapter: evaluate",
+                f.eval / RESULTS_FILE,
+                lambda spec=spec, f=f: _evaluate(cfg, spec, f.adapter, f.eval),
+            )
+            if not u.skip_side_effects:
+                step(
+                    f"{base} + {task_label(task)} adapter: side effects",
+                    f.side_effects / SIDE_EFFECTS_FILE,
+                    lambda spec=spec, f=f: _side_effects(
+                        cfg, spec, f.adapter, f.side_effects, progress
+                    ),
+                )
+
+
+# ----------------------------------------------------------------------------- analysis
+def _read(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _eval_summary(results: dict[str, Any]) -> dict[str, Any]:
+    keys = ("accuracy", "ci95", "n", "ref_loglik_per_token")
+    return {task: {k: entry.get(k) for k in keys} for task, entry in results["tasks"].items()}
+
+
+def _side_effect_summary(report: dict[str, Any]) -> dict[str, Any]:
+    keys = (
+        "kl_nats",
+        "kl_nats_ci95",
+        "delta_loss",
+        "delta_loss_ci95",
+        "top1_agreement",
+        "tokens",
+    )
+    return {
+        "texts": {name: {k: text.get(k) for k in keys} for name, text in report["texts"].items()},
+        "lens_kl_change": report.get("lens_kl_change"),
+        "interface_change": report.get("interface_change"),
+    }
+
+
+def _per_item_loglik(entry: dict[str, Any]) -> list[float]:
+    return [i["ref_loglik"] / i["ref_tokens"] for i in entry["items"]]
+
+
+def compare_updates(
+    control: dict[str, Any],
+    treatment: dict[str, Any],
+    *,
+    n_resamples: int,
+    seed: int,
+) -> dict[str, Any]:
+    """One update applied to two bases (control, treatment), compared item by item.
+
+    Args:
+        control, treatment: {"base": results.json of the base, "updated": results.json of
+            base + adapter, "side_effects": side_effects.json or None}, all on the same items
+            and windows.
+        n_resamples, seed: of the paired bootstraps.
+
+    Returns:
+        `updated`: per eval task, treatment's updated model against control's (accuracy
+        difference with the exact McNemar test, reference log-likelihood difference with a
+        paired bootstrap over items; `compare_results` with base = control);
+        `gain`: per eval task with likelihoods, the paired bootstrap over items of
+        (treatment's change by the update) − (control's change), nats/token;
+        `side_effects`: per text, the paired bootstrap over windows of treatment's KL minus
+        control's (nats/token), when both were measured.
+    """
+    from tying.evaluation.side_effects import compare_results
+    from tying.evaluation.stats import paired_bootstrap
+
+    updated = compare_results(
+        control["updated"], treatment["updated"], n_resamples=n_resamples, seed=seed
+    )
+    gain = {}
+    for task, entry in control["updated"]["tasks"].items():
+        if entry.get("ref_loglik_per_token") is None or task not in treatment["base"]["tasks"]:
+            continue
+        change_c = [
+            u - b
+            for b, u in zip(
+                _per_item_loglik(control["base"]["tasks"][task]),
+                _per_item_loglik(entry),
+                strict=True,
+            )
+        ]
+        change_t = [
+            u - b
+            for b, u in zip(
+                _per_item_loglik(treatment["base"]["tasks"][task]),
+                _per_item_loglik(treatment["updated"]["tasks"][task]),
+                strict=True,
+            )
+        ]
+        boot = paired_bootstrap(change_c, change_t, n_resamples=n_resamples, seed=seed)
+        gain[task] = {
+            "control_change": sum(change_c) / len(change_c),
+            "treatment_change": sum(change_t) / len(change_t),
+            "difference": boot.mean_difference,
+            "ci95": [boot.ci_low, boot.ci_high],
+            "p_value": boot.p_value,
+        }
+    effects = {}
+    side_c, side_t = control.get("side_effects"), treatment.get("side_effects")
+    if side_c and side_t:
+        for text, entry_c in side_c["texts"].items():
+            entry_t = side_t["texts"].get(text)
+            if entry_t is None:
+                continue
+            kl_c = entry_c["per_window"]["kl_nats"]
+            kl_t = entry_t["per_window"]["kl_nats"]
+            if len(kl_c) != len(kl_t):
+                raise ValueError(
+                    f"side effects on {text}: {len(kl_c)} vs {len(kl_t)} windows; measure both "
+                    "with the same max_tokens and seq_len"
+                )
+            boot = paired_bootstrap(kl_c, kl_t, n_resamples=n_resamples, seed=seed)
+            effects[text] = {
+                "control_kl_nats": entry_c["kl_nats"],
+                "treatment_kl_nats": entry_t["kl_nats"],
+                "difference": boot.mean_difference,
+                "ci95": [boot.ci_low, boot.ci_high],
+                "p_value": boot.p_value,
+                "ratio": entry_t["kl_nats"] / entry_c["kl_nats"] if entry_c["kl_nats"] else None,
+            }
+    return {"updated": updated, "gain": gain, "side_effects": effects}
+
+
+def analyze_updates(cfg: ExperimentConfig, n_resamples: int = 10000) -> dict[str, Any]:
+    """The report's `updates` block from the stage's files (see the module docstring).
+
+    Raises:
+        FileNotFoundError: a step's output is missing (run the stage first).
+    """
+    from tying.evaluation.side_effects import compare_results
+
+    u = cfg.updates
+
+    def need(path: Path) -> dict[str, Any]:
+        data = _read(path)
+        if data is None:
+            raise FileNotFoundError(f"{path} does not exist: run the experiment's update stage")
+        return data
+
+    bases: dict[str, Any] = {}
+    adapters: list[dict[str, Any]] = []
+    raw: dict[tuple[str, str], dict[str, Any]] = {}
+    for base, model in u.bases.items():
+        base_results = need(update_folders(cfg, base, u.tasks[0]).base_eval / RESULTS_FILE)
+        bases[base] = {"model": cfg.update_base_spec(model), "eval": _eval_summary(base_results)}
+        for task in u.tasks:
+            f = update_folders(cfg, base, task)
+            summary = need(f.adapter / FINETUNE_FILE)
+            updated = need(f.eval / RESULTS_FILE)
+            side = None if u.skip_side_effects else need(f.side_effects / SIDE_EFFECTS_FILE)
+            adapters.append(
+                {
+                    "base": base,
+                    "task": task_label(task),
+                    "steps": summary.get("steps"),
+                    "final_loss": summary.get("final_loss"),
+                    "seconds_per_step": summary.get("seconds_per_step"),
+                    "eval": _eval_summary(updated),
+                    "change": compare_results(
+                        base_results, updated, n_resamples=n_resamples, seed=u.seed
+                    ),
+                    "side_effects": _side_effect_summary(side) if side else None,
+                }
+            )
+            raw[base, task] = {"base": base_results, "updated": updated, "side_effects": side}
+    comparisons = []
+    for control, treatment in u.compare:
+        for task in u.tasks:
+            comparisons.append(
+                {
+                    "control": control,
+                    "treatment": treatment,
+                    "task": task_label(task),
+                    **compare_updates(
+                        raw[control, task],
+                        raw[treatment, task],
+                        n_resamples=n_resamples,
+                        seed=u.seed,
+                    ),
+                }
+            )
+    return {
+        "tasks": [task_label(t) for t in u.tasks],
+        "eval_tasks": list(u.eval_tasks),
+        "limit": u.limit,
+        "bases": bases,
+        "adapters": adapters,
+        "comparisons": comparisons,
+    }
