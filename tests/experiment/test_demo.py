@@ -10,6 +10,10 @@ import torch
 from tying.cli import main
 from tying.train.metrics import read_metrics
 
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:`is_gradient_checkpointing` is deprecated:FutureWarning"
+)
+
 
 def _demo_args(small_corpus, tiny_teacher, out) -> list[str]:
     return [
@@ -29,6 +33,12 @@ def _demo_args(small_corpus, tiny_teacher, out) -> list[str]:
         "256",
         "--precision",
         "fp32",
+        "--update-steps",
+        "2",
+        "--update-limit",
+        "2",
+        "--side-effect-tokens",
+        "256",
         "--out",
         str(out),
         "--no-progress",
@@ -62,6 +72,23 @@ def test_demo_cli(small_corpus, tiny_teacher, tmp_path, capsys) -> None:
         "teacher-tt-s0",
         "teacher-pit-s0",
     ]
+    # the update step: the same LoRA on both runs, evaluated before and after, TT vs PIT paired
+    updates = report["updates"]
+    assert [(a["base"], a["task"], a["steps"]) for a in updates["adapters"]] == [
+        ("tt", "mbpp", 2),
+        ("pit", "mbpp", 2),
+    ]
+    for adapter in updates["adapters"]:
+        assert adapter["eval"]["mbpp"]["n"] == 2
+        side = adapter["side_effects"]["texts"]["wikitext-2"]
+        assert side["kl_nats"] > 0 and side["tokens"] == 256
+        # the interface is frozen by the LoRA: its metrics do not move
+        change = adapter["side_effects"]["interface_change"]
+        assert change == {"E_rel_change": 0.0, "U_rel_change": 0.0}
+    (comparison,) = updates["comparisons"]
+    assert (comparison["control"], comparison["treatment"]) == ("tt", "pit")
+    assert set(comparison["side_effects"]) == {"wikitext-2"}
+    assert "tt + mbpp LoRA: mbpp accuracy" in printed
     # a second run skips the finished runs
     mtime = (out / "runs" / "teacher-tt-s0" / "metrics.jsonl").stat().st_mtime_ns
     assert main(["demo", *_demo_args(small_corpus, tiny_teacher, out)]) == 0

@@ -20,7 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tying.experiment.config import AnalysisSettings, ExperimentConfig, LensSettings
+from tying.experiment.config import (
+    AnalysisSettings,
+    ExperimentConfig,
+    LensSettings,
+    UpdateSettings,
+)
 
 #: Default token budget per run.
 DEMO_TOKENS = 49_152
@@ -44,7 +49,14 @@ class DemoOptions:
         lens_tokens: positions of the logit lens.
         eval_tokens: validation tokens per run.
         tokenizer: override the teacher's tokenizer (a tokenizer spec).
-        precision: auto, bf16 or fp32 for training.
+        precision: auto, bf16 or fp32 for training, the update and its evaluation.
+        update_task: the update step's task: a LoRA adapter of the TT and the PIT run (mbpp,
+            gsm8k or a .jsonl file of {"prompt", "completion"}).
+        update_steps: LoRA steps of each update (0 = no update step).
+        update_limit: seeded items of `update_task` on which both runs are evaluated before and
+            after their update.
+        side_effect_tokens: positions of WikiText-2 (test) on which each update's side effects
+            are measured (KL, loss change, top-1 agreement; the lens profile on one window).
         progress: show progress bars.
     """
 
@@ -60,11 +72,46 @@ class DemoOptions:
     eval_tokens: int = 4096
     tokenizer: str | None = None
     precision: Literal["auto", "bf16", "fp32"] = "auto"
+    update_task: str = "mbpp"
+    update_steps: int = 4
+    update_limit: int = 3
+    side_effect_tokens: int = 1024
     progress: bool = True
 
 
+def demo_updates(o: DemoOptions) -> UpdateSettings:
+    """The demo's update step: the same short LoRA on the TT and the PIT run, both evaluated on
+    the same few items before and after, the side effects on WikiText-2, TT vs PIT paired."""
+    if o.update_steps < 1:
+        return UpdateSettings()
+    evaluated = o.update_task if o.update_task in ("mbpp", "gsm8k") else "mbpp"
+    return UpdateSettings(
+        bases={"tt": "teacher-tt-s0", "pit": "teacher-pit-s0"},
+        tasks=[o.update_task],
+        eval_tasks=[evaluated],
+        limit=o.update_limit,
+        compare=[["tt", "pit"]],
+        finetune={
+            "max_steps": o.update_steps,
+            "batch_size": 4,
+            "max_seq_len": 384,
+            "precision": o.precision,
+            "checkpoint_every": 0,
+        },
+        evaluate={"precision": o.precision, "batch_size": 4},
+        side_effects={
+            "texts": ["wikitext-2"],
+            "max_tokens": o.side_effect_tokens,
+            "seq_len": o.seq_len,
+            "lens_tokens": o.seq_len,
+            "precision": o.precision,
+            "bootstrap_resamples": 2000,
+        },
+    )
+
+
 def demo_config(options: DemoOptions | None = None) -> ExperimentConfig:
-    """The demo's ExperimentConfig (teacher mode, ties tt and pit, one seed)."""
+    """The demo's ExperimentConfig (teacher mode, ties tt and pit, one seed, the update step)."""
     o = options or DemoOptions()
     train: dict[str, Any] = {
         "seq_len": o.seq_len,
@@ -96,6 +143,7 @@ def demo_config(options: DemoOptions | None = None) -> ExperimentConfig:
         train=train,
         lens=LensSettings(kind="logit", max_tokens=o.lens_tokens, batch_size=4),
         analysis=AnalysisSettings(corpus_tokens=100_000, loss_window=5),
+        updates=demo_updates(o),
     )
 
 
@@ -127,6 +175,29 @@ def summary_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def update_lines(updates: dict[str, Any] | None) -> list[str]:
+    """One line per update: the target task before and after, and the side-effect KL."""
+    from tying.report import format_value
+
+    if not updates:
+        return []
+    lines = []
+    for adapter in updates["adapters"]:
+        base = updates["bases"][adapter["base"]]["eval"]
+        parts = []
+        for task, entry in adapter["eval"].items():
+            parts.append(
+                f"{task} accuracy {format_value(base[task]['accuracy'], 3)} -> "
+                f"{format_value(entry['accuracy'], 3)}, reference log-likelihood "
+                f"{format_value(base[task]['ref_loglik_per_token'], 4)} -> "
+                f"{format_value(entry['ref_loglik_per_token'], 4)} nats/token"
+            )
+        for text, entry in ((adapter.get("side_effects") or {}).get("texts") or {}).items():
+            parts.append(f"KL on {text} {format_value(entry['kl_nats'], 3)} nats/token")
+        lines.append(f"{adapter['base']} + {adapter['task']} LoRA: " + "; ".join(parts))
+    return lines
+
+
 def format_summary(rows: list[dict[str, Any]]) -> str:
     """A plain-text table of `summary_rows`."""
     from tying.report import format_value
@@ -145,5 +216,7 @@ def run_demo(cfg: ExperimentConfig, progress: bool = True, log: Callable[[str], 
 
     result = run_experiment(cfg, progress=progress, log=log)
     log(format_summary(summary_rows(result.report)))
+    for line in update_lines(result.report.get("updates")):
+        log(line)
     log(f"report: {result.html_path}")
     return result
