@@ -51,7 +51,7 @@ from tying.loader import LoadedModel
 #: op is a thread barrier, and 12 ops per block add up.
 BLOCK_BYTES = 32 << 20
 #: Default sizes of the exact-correction sets S_q and S_p (bf16 products only).
-EXACT_Q = 4
+EXACT_Q = 16
 EXACT_P = 16
 #: Columns per group when searching the largest logits.
 GROUP = 128
@@ -309,7 +309,7 @@ class LensHead:
         if elementwise_dot:
             if target.support is not None and not want_grad:
                 exact = self._exact_logits(target.support_rows, h, target.support)
-                approx = self._finish_(z.gather(1, target.support).to(work))
+                approx = self._finish_(z.gather(1, target.support).to(work), target.support)
                 dot += (target.support_probs * (exact - approx)).sum(dim=1)
             # Σ p z − lse = Σ p (z − m) − log Σ exp(z − m)
             kl = target.neg_entropy - dot + log_sum
@@ -320,7 +320,7 @@ class LensHead:
             kl = target.neg_entropy - mean + shift + log_sum
         if top_q is not None:
             exact = self._exact_logits(self.exact[top_q], h, top_q)
-            approx = self._finish_(z.gather(1, top_q).to(work))
+            approx = self._finish_(z.gather(1, top_q).to(work), top_q)
             ref = (shift + log_sum).unsqueeze(1)
             change = (exact - ref).exp() - (approx - ref).exp()
             kl += torch.log1p(change.sum(dim=1))

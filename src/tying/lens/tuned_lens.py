@@ -316,7 +316,6 @@ def train_tuned_lens(
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: _lr_factor(s, cfg.steps, warmup)
     )
-    n_translated = model.n_entries - 1
     head = LensHead.of(model, precision)
     history = TrainingHistory()
     bar = tqdm(total=cfg.steps, disable=not progress, desc="tuned lens")
