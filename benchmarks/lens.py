@@ -89,6 +89,17 @@ def _before(lm, batches, chunk_tokens: int = 1024) -> list[float]:
     return (sums / count).tolist()
 
 
+def _cpu_model() -> str:
+    """The CPU's model name (Linux), else the machine type."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def _verb(src: Path, tokens: int, out: Path) -> float:
     env = {**os.environ, "PYTHONPATH": str(src)}
     cmd = [sys.executable, "-m", "tying", "lens", "smollm2", "--kind", "logit"]
@@ -175,7 +186,7 @@ def main() -> None:
     result = {
         "benchmark": "logit lens of SmolLM2-135M vs its bf16 head products",
         "machine": {
-            "cpu": platform.processor() or platform.machine(),
+            "cpu": _cpu_model(),
             "threads": args.threads,
             "torch": torch.__version__,
             "bf16_native": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
