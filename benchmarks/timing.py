@@ -15,11 +15,12 @@ from typing import Any
 
 
 def round_robin(
-    steps: dict[str, Callable[[], Any]], reps: int, label: str = ""
+    steps: dict[str, Callable[[], Any]], reps: int, label: str = "", warmup: bool = True
 ) -> dict[str, list[float]]:
-    """Seconds per call of each step, `reps` rounds after one warm-up round (printed as it goes)."""
+    """Seconds per call of each step, `reps` rounds after one warm-up round (none when `warmup`
+    is False: the caller warmed up), printed as it goes."""
     times: dict[str, list[float]] = {name: [] for name in steps}
-    for round_index in range(reps + 1):
+    for round_index in range(0 if warmup else 1, reps + 1):
         for name, step in steps.items():
             t0 = time.perf_counter()
             step()

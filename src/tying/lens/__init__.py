@@ -9,10 +9,12 @@
     trace = transition_trace(lm, ids, k=5)               # input- vs output-side anchors
 
 Entries: 0 = embedding output, i = output of block i (before the final norm), L = last;
-entry L is the model's own distribution (KL 0). See docs/lens.md.
+entry L is the model's own distribution (KL 0). Heads: `LensHead` (bf16 or fp32 products,
+float32 log-sum-exp and KL). See docs/lens.md.
 """
 
 from tying.lens.evaluate import UNIT, Lens, LensKL, entry_labels, evaluate_lens
+from tying.lens.head import LensHead
 from tying.lens.kl import FinalDistribution, kl_bits, kl_nats
 from tying.lens.logit_lens import LogitLens, logit_lens_kl
 from tying.lens.plots import plot_lens_kl
@@ -29,6 +31,7 @@ __all__ = [
     "UNIT",
     "FinalDistribution",
     "Lens",
+    "LensHead",
     "LensKL",
     "LogitLens",
     "Trace",

@@ -47,8 +47,8 @@ class LensOptions:
         seq_len: tokens per window.
         batch_size: windows per forward pass.
         chunk_tokens: positions per head evaluation (memory ~ chunk_tokens × V floats).
-        precision: auto, bf16 or fp32 for forward passes and heads; log-sum-exp and KL always
-            in float32.
+        precision: auto, bf16 or fp32 for the head products (bf16: within 1e-3 bits/token of
+            fp32); forward passes, log-sum-exp and KL always in float32.
         device: auto (cuda if present), cpu or cuda[:N].
         tokenizer: override the models' tokenizer (a tokenizer spec).
         train_steps: tuned lens: optimizer steps.
@@ -142,11 +142,7 @@ def run_lens(options: LensOptions, log: Callable[[str], None] = print) -> LensRu
     """
     device = resolve_device(options.device)
     precision = resolve_precision(options.precision, device)
-    context = {
-        "autocast": autocast_for(device, precision),
-        "device": device,
-        "chunk_tokens": options.chunk_tokens,
-    }
+    context = {"precision": precision, "device": device, "chunk_tokens": options.chunk_tokens}
     source = str(resolve_source(options.data)) if options.data else str(default_validation_source())
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)

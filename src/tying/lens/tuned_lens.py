@@ -36,7 +36,8 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from tying.lens.evaluate import LensKL, evaluate_lens
-from tying.lens.kl import LN2, FinalDistribution
+from tying.lens.head import LensHead
+from tying.lens.kl import LN2
 from tying.loader import LoadedModel
 
 #: `config.json` "format" of a saved tuned lens.
@@ -274,6 +275,7 @@ def train_tuned_lens(
     config: TunedLensTraining | None = None,
     *,
     lens: TunedLens | None = None,
+    precision: str = "fp32",
     autocast: Callable[[], AbstractContextManager] = nullcontext,
     device: torch.device | str | None = None,
     chunk_tokens: int = 1024,
@@ -287,10 +289,14 @@ def train_tuned_lens(
             (see `tying.lens.data.training_steps`); exactly `config.steps` items are used.
         config: optimizer settings (default `TunedLensTraining()`).
         lens: a lens to continue training (default: a zero lens = the logit lens).
-        autocast: factory of the precision context (model forward and heads); the
-            translators and the KL stay in float32.
+        precision: dtype of the head products ("fp32", "bf16" or "auto", as in
+            `evaluate_lens`); the gradient ∂KL/∂h = (q − p) U is a second product in the same
+            dtype, computed in the forward pass (`LensHead.kl_with_grad`). The translators,
+            the targets, log-sum-exp and KL stay in float32.
+        autocast: factory of the precision context of the model's forward pass (default:
+            none, the model's own dtype).
         device: where batches go (default: the model's device).
-        chunk_tokens: positions per head evaluation and backward pass (memory O(chunk × V)).
+        chunk_tokens: positions per head product and backward pass (memory O(chunk × V)).
         progress: show a progress bar.
 
     Returns:
@@ -310,7 +316,7 @@ def train_tuned_lens(
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: _lr_factor(s, cfg.steps, warmup)
     )
-    n_translated = model.n_entries - 1
+    head = LensHead.of(model, precision)
     history = TrainingHistory()
     bar = tqdm(total=cfg.steps, disable=not progress, desc="tuned lens")
     done = 0
@@ -323,7 +329,7 @@ def train_tuned_lens(
             optimizer.zero_grad(set_to_none=True)
             for ids in micro_batches:
                 step_kl += _accumulate(
-                    model, lens, ids.to(device), n_step, autocast, chunk_tokens, n_translated
+                    model, lens, head, ids.to(device), n_step, autocast, chunk_tokens
                 )
             if cfg.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
@@ -352,14 +358,15 @@ def train_tuned_lens(
 def _accumulate(
     model: LoadedModel,
     lens: TunedLens,
+    head: LensHead,
     ids: Tensor,
     n_step: int,
     autocast: Callable[[], AbstractContextManager],
     chunk_tokens: int,
-    n_translated: int,
 ) -> float:
-    """Backward of Σ_chunks Σ_i KL_i(chunk) / n_step for one micro-batch; returns the KL sum
-    (nats) over its tokens averaged over entries, divided by n_step."""
+    """Backward of Σ_chunks Σ_i KL_i(chunk) / n_step over the translated entries i = 0..L−1 of
+    one micro-batch; returns that KL sum (nats) averaged over the entries."""
+    n_translated = model.n_entries - 1
     with torch.no_grad(), autocast():
         states, final = model.states_and_final(ids)
     n = ids.numel()
@@ -368,14 +375,14 @@ def _accumulate(
     total = 0.0
     for start in range(0, n, chunk_tokens):
         stop = min(start + chunk_tokens, n)
-        with torch.no_grad(), autocast():
-            target = FinalDistribution.from_logits(model.logits_from_hidden(final[start:stop]))
+        target = head.target(final[start:stop])
+        loss = 0.0
         for i, state in enumerate(flat):
-            with autocast():
-                logits = model.lens_logits(lens.translate(state[start:stop], i))
-            loss = target.kl_nats(logits).sum() / n_step
-            loss.backward()
-            total += float(loss.detach()) / n_translated
+            hidden = model.final_norm(lens.translate(state[start:stop], i))
+            loss = loss + head.kl_with_grad(hidden, target).sum()
+        loss = loss / n_step
+        loss.backward()
+        total += float(loss.detach()) / n_translated
     return total
 
 
