@@ -9,18 +9,28 @@ From "Rethinking Weight Tying: Pseudo-Inverse Tying" (§4, Appendix A):
 - E = Z T^{-1} and W_out = T Z^T, so W_out E = T Z^T Z T^{-1} = I_d exactly:
   the output map is the pseudo-inverse of the input map, for every L.
 
+Optional input bias (centred memory): with Z^T 1 = 0 (every column of Z sums
+to zero) a constant row b (d,) can be added to every input vector,
+E = Z T^{-1} + 1 b^T, and still W_out E = I_d + T Z^T 1 b^T = I_d exactly. A
+teacher's mean embedding row is such a common offset (on a tied head it adds
+the same logit to every token); `from_teacher(..., centre=True)` builds Z from
+the centred teacher and carries the mean row as b. The retraction then keeps
+Z^T 1 = 0 (it projects the columns onto 1^⊥ before orthonormalising).
+
 Nothing V×d is formed beyond Z itself: logits(h) = ((h L) L^T) Z^T and
 embed(ids) = Z[ids] T^{-1} by two triangular solves on the rows looked up,
 in float32 (float64 for float64 inputs) whatever the autocast dtype.
 
-State: only `z` (V×d) and `l_param` (d×d: strictly-lower part = L's
-off-diagonal, diagonal = ρ, the pre-activation of L's diagonal; the upper
-triangle is unused and stays zero). E and W_out are rebuilt from them.
+State: `z` (V×d), `l_param` (d×d: strictly-lower part = L's off-diagonal,
+diagonal = ρ, the pre-activation of L's diagonal; the upper triangle is unused
+and stays zero) and, when centred, `input_bias` (d,). E and W_out are rebuilt
+from them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +47,8 @@ from tying.interface.linalg import (
 
 T_INITS = ("identity", "output", "input")
 DIAG_ACTIVATIONS = ("exp", "softplus")
+#: Exponent p of T = H^p / c for each closed-form t_init (H = polar factor of the teacher).
+T_INIT_POWER = {"identity": 0, "output": 1, "input": -1}
 
 
 def _activation_inverse(values: Tensor, activation: str) -> Tensor:
@@ -61,6 +73,9 @@ class PseudoInverseTying(TokenInterface):
         loss_chunk_size: tokens per chunk in `loss`.
         ortho_atol: tolerance of the check max|Z^T Z − I| ≤ ortho_atol.
         retraction_eps: ridge in the polar retraction Z (Z^T Z + eps I)^{-1/2}.
+        input_bias: optional constant row b (d,) added to every input vector
+            (E = Z T^{-1} + 1 b^T), trained with the interface. Needs Z^T 1 = 0
+            (checked: max|Z^T 1| / sqrt(V) ≤ ortho_atol), which the retraction keeps.
     """
 
     def __init__(
@@ -75,6 +90,7 @@ class PseudoInverseTying(TokenInterface):
         loss_chunk_size: int | None = None,
         ortho_atol: float = 1e-4,
         retraction_eps: float = 0.0,
+        input_bias: Tensor | None = None,
     ) -> None:
         check_finite_matrix(Z, "Z")
         check_finite_matrix(L, "L")
@@ -111,6 +127,18 @@ class PseudoInverseTying(TokenInterface):
             raise ValueError(
                 f"L must have a positive diagonal; smallest entry is {diag.min().item():.3e}"
             )
+        if input_bias is not None:
+            if input_bias.shape != (d,):
+                raise ValueError(
+                    f"input_bias must have shape (d,) = ({d},), got {tuple(input_bias.shape)}"
+                )
+            col_sums = Z.to(torch.float64).sum(dim=0).abs().max() / V**0.5
+            if col_sums > ortho_atol:
+                raise ValueError(
+                    f"an input bias needs a centred memory (Z^T 1 = 0), but max|Z^T 1|/sqrt(V) = "
+                    f"{col_sums.item():.2e} > {ortho_atol:.0e}; build Z from the centred teacher "
+                    "(PseudoInverseTying.from_teacher(E0, centre=True))"
+                )
         super().__init__(V, d, bias, loss_chunk_size)
         self.diag_activation = diag_activation
         self.diag_clamp = tuple(diag_clamp) if diag_clamp is not None else None
@@ -124,6 +152,12 @@ class PseudoInverseTying(TokenInterface):
         l_param = torch.tril(L.detach(), diagonal=-1).clone()
         l_param.diagonal().copy_(rho)
         self.l_param = nn.Parameter(l_param)
+        if input_bias is not None:
+            self.input_bias: nn.Parameter | None = nn.Parameter(
+                input_bias.detach().to(Z.dtype).clone(memory_format=torch.contiguous_format)
+            )
+        else:
+            self.register_parameter("input_bias", None)
 
     # ---------------------------------------------------------- constructors
     @classmethod
@@ -150,6 +184,8 @@ class PseudoInverseTying(TokenInterface):
         *,
         dtype: torch.dtype = torch.float32,
         rank_rtol: float | None = None,
+        centre: bool = False,
+        input_scale: float | None = None,
         **options,
     ) -> PseudoInverseTying:
         """PIT from a pretrained embedding E0 (V×d) via its polar decomposition E0 = U H (float64).
@@ -159,25 +195,23 @@ class PseudoInverseTying(TokenInterface):
             "output":   T = H, so W_out = H U^T = E0^T: the teacher's (tied) head is kept exactly;
             "input":    T = H^{-1}, so E = U H = E0: the teacher's embedding is kept exactly.
         Both cannot hold unless E0 has orthonormal columns, since W_out E = I_d.
+        With `centre` the polar decomposition is that of E0 − 1μ^T (μ the mean row) and
+        μ becomes the input bias; with `input_scale` T is divided by the constant c of
+        `teacher_factors` (the head changes by 1/c: a caller that keeps the head multiplies
+        the final-norm gain by `teacher_factors(...).gain_factor`, as `tying.hf.convert` does).
 
         Args:
             E0: teacher embedding, (V, d), finite, full column rank, V >= d.
             t_init: "identity", "output" or "input".
             dtype: dtype of the stored Z and L.
             rank_rtol: rank threshold of `tying.interface.linalg.polar`.
+            centre: build Z from the centred teacher and add its mean row as input bias.
+            input_scale: r of `teacher_factors` (None: T exactly as listed above).
             options: constructor keyword arguments (trainable_z, bias, ...).
         """
-        if t_init not in T_INITS:
-            raise ValueError(f"t_init must be one of {T_INITS}, got {t_init!r}")
-        p = polar(E0, rank_rtol=rank_rtol)
-        d = E0.shape[1]
-        if t_init == "identity":
-            L = torch.eye(d, dtype=torch.float64)
-        elif t_init == "output":
-            L = cholesky_lower(p.H)
-        else:
-            L = cholesky_lower(torch.linalg.inv(p.H))
-        return cls(p.U.to(dtype), L.to(dtype), **options)
+        f = teacher_factors(E0, t_init, centre=centre, input_scale=input_scale, rank_rtol=rank_rtol)
+        bias = None if f.input_bias is None else f.input_bias.to(dtype)
+        return cls(f.Z.to(dtype), f.L.to(dtype), input_bias=bias, **options)
 
     # ---------------------------------------------------------- factors
     @property
@@ -221,14 +255,21 @@ class PseudoInverseTying(TokenInterface):
         return X
 
     # ---------------------------------------------------------- the interface
+    @property
+    def centred(self) -> bool:
+        """Whether the interface has an input bias (and so keeps Z^T 1 = 0)."""
+        return self.input_bias is not None
+
     def embed(self, input_ids: Tensor) -> Tensor:
-        """Z[ids] T^{-1}: (...) int -> (..., d), solving only for the distinct ids present."""
+        """Z[ids] T^{-1} (+ b): (...) int -> (..., d), solving only for the distinct ids present."""
         self._check_ids(input_ids)
         flat = input_ids.reshape(-1)
         unique_ids, inverse = torch.unique(flat, return_inverse=True)
         z = self._on_side("input", "z", self.z)
         L = self.cholesky_factor(self._on_side("input", "l_param", self.l_param))
         X = self._apply_inverse_transform(z[unique_ids], L)
+        if self.input_bias is not None:
+            X = X + self._on_side("input", "input_bias", self.input_bias).to(X.dtype)
         out = X[inverse].to(self.z.dtype)
         return out.reshape(*input_ids.shape, self.d_model)
 
@@ -240,8 +281,14 @@ class PseudoInverseTying(TokenInterface):
         return self._on_side("output", "z", self.z)
 
     def embedding_matrix(self) -> Tensor:
-        """E = Z T^{-1}, (V, d), by triangular solves on all rows."""
-        return self._apply_inverse_transform(self.z, self.cholesky_factor()).to(self.z.dtype)
+        """E = Z T^{-1} (+ 1 b^T with an input bias), (V, d): the rows the model reads.
+
+        Built by triangular solves on all rows; W_out E = I_d holds for this matrix.
+        """
+        E = self._apply_inverse_transform(self.z, self.cholesky_factor())
+        if self.input_bias is not None:
+            E = E + self.input_bias.to(E.dtype)
+        return E.to(self.z.dtype)
 
     def unembedding_matrix(self) -> Tensor:
         """U = W_out^T = Z T, (V, d)."""
@@ -249,16 +296,26 @@ class PseudoInverseTying(TokenInterface):
         return (self.z @ L) @ L.T
 
     def num_parameters(self) -> int:
-        """V·d (Z) + d(d+1)/2 (the free entries of L) + V if there is an output bias."""
+        """V·d (Z) + d(d+1)/2 (the free entries of L) + V (output bias) + d (input bias), if any."""
         bias = self.vocab_size if self.bias is not None else 0
         d = self.d_model
-        return self.vocab_size * d + d * (d + 1) // 2 + bias
+        input_bias = d if self.input_bias is not None else 0
+        return self.vocab_size * d + d * (d + 1) // 2 + bias + input_bias
 
     # ---------------------------------------------------------- training helpers
     @torch.no_grad()
     def retract_(self) -> None:
-        """Polar retraction onto the Stiefel manifold: Z <- Z (Z^T Z + eps I)^{-1/2}."""
-        self.z.copy_(polar_retraction(self.z, self.retraction_eps))
+        """Polar retraction onto the Stiefel manifold: Z <- Z (Z^T Z + eps I)^{-1/2}.
+
+        With an input bias the columns are first projected onto 1^⊥ (Z <- Z − 1 (1^T Z)/V),
+        so the retracted Z keeps Z^T 1 = 0 (right-multiplication keeps columns in 1^⊥).
+        """
+        z = self.z
+        if self.input_bias is not None:
+            work = torch.float64 if z.dtype == torch.float64 else torch.float32
+            z = z.to(work)
+            z = z - z.mean(dim=0, keepdim=True)
+        self.z.copy_(polar_retraction(z, self.retraction_eps).to(self.z.dtype))
 
     def attach_retraction(self, optimizer: torch.optim.Optimizer) -> Callable[[], None]:
         """Run `retract_()` after every `optimizer.step()`; returns a function that detaches it.
@@ -271,6 +328,25 @@ class PseudoInverseTying(TokenInterface):
             raise ValueError("Z is frozen (trainable_z=False): there is nothing to retract")
         handle = optimizer.register_step_post_hook(lambda *_: self.retract_())
         return handle.remove
+
+    @torch.no_grad()
+    def scale_input_(self, factor: float) -> None:
+        """Multiply E (its rows and the input bias) by `factor` > 0 and W_out by 1/factor, in place.
+
+        T <- T / factor: L <- L / sqrt(factor) (ρ shifts by −log(factor)/2 under "exp").
+        W_out E = I_d is unchanged; a caller that keeps the head multiplies the final-norm
+        gain by `factor`.
+        """
+        if not factor > 0:
+            raise ValueError(f"the input scale factor must be > 0, got {factor}")
+        L = self.cholesky_factor() / factor**0.5
+        diag = torch.diagonal(L).to(torch.float64)
+        self.l_param.copy_(torch.tril(L, diagonal=-1))
+        self.l_param.diagonal().copy_(
+            _activation_inverse(diag, self.diag_activation).to(self.l_param.dtype)
+        )
+        if self.input_bias is not None:
+            self.input_bias.mul_(factor)
 
     def log_det_t(self) -> Tensor:
         """log det T = 2 Σ_i log L_ii (scalar, differentiable), a regularizer to add to the loss."""
@@ -285,4 +361,113 @@ class PseudoInverseTying(TokenInterface):
         return (
             super().extra_repr()
             + f", trainable_z={self.trainable_z}, diag_activation={self.diag_activation!r}{clamp}"
+            + f", input_bias={self.input_bias is not None}"
         )
+
+
+@dataclass(frozen=True)
+class TeacherFactors:
+    """A PIT interface for a teacher embedding E0 (V×d), in float64 (see `teacher_factors`).
+
+    Attributes:
+        Z: (V, d), orthonormal columns: the polar factor U of E0 (of E0 − 1μ^T when centred).
+        L: (d, d), lower Cholesky factor of T = H^p / c.
+        input_bias: (d,) r·μ when centred (μ = mean row of E0), else None.
+        input_scale: c, the constant T was divided by (E is multiplied by c, W_out by 1/c).
+        relative_scale: r, the median over the polar eigendirections of σ_i(E) / σ_i(teacher).
+        gain_factor: m, the factor by which a final-norm gain must be multiplied so that the
+            head's median eigenvalue ratio to the teacher's tied head H U^T is 1
+            (m = c / median σ^{p-1}; for "output" m = c: the head is kept exactly).
+        singular_values: (d,) singular values of the (centred) teacher, descending.
+        mean_row: (d,) μ (zeros when not centred).
+    """
+
+    Z: Tensor
+    L: Tensor
+    input_bias: Tensor | None
+    input_scale: float
+    relative_scale: float
+    gain_factor: float
+    singular_values: Tensor
+    mean_row: Tensor
+
+
+def teacher_factors(
+    E0: Tensor,
+    t_init: str = "output",
+    *,
+    centre: bool = False,
+    input_scale: float | None = None,
+    rank_rtol: float | None = None,
+) -> TeacherFactors:
+    """Z, L (and input bias) of a PIT built from a teacher embedding, in float64.
+
+    With M = E0 (or E0 − 1μ^T when `centre`), M = U H its polar decomposition
+    and σ_i its singular values (H = B diag(σ) B^T), Z = U and
+    T = H^p / c with p = 1 ("output"), 0 ("identity") or −1 ("input"). Then
+    E = Z T^{-1} has singular values c σ_i^{-p} along the same directions as M,
+    a ratio ρ_i = c σ_i^{-p-1} to the teacher's; r = median_i ρ_i.
+
+    - input_scale=None: c = 1 (T exactly H^p), r follows from it.
+    - input_scale=r > 0: c = r / median_i σ_i^{-p-1}, so E sits at r times the
+      teacher's scale in the bulk of the spectrum ("output": c = r s², s the
+      median σ; the teacher's rows are matched where σ_i ≈ s).
+
+    The input bias is r·μ, the mean row at the same relative scale. Because
+    Z^T 1 = 0 for a centred memory, W_out (Z T^{-1} + 1 b^T) = I_d stays exact.
+
+    Args:
+        E0: teacher embedding (V, d), finite, full column rank, V > d.
+        t_init: "identity", "output" or "input".
+        centre: centre E0 and return its mean row as input bias.
+        input_scale: r (see above) or None.
+        rank_rtol: rank threshold of `tying.interface.linalg.polar`.
+
+    Raises:
+        ValueError: unknown t_init, input_scale <= 0, or a rank-deficient (centred) E0.
+    """
+    if t_init not in T_INIT_POWER:
+        raise ValueError(f"t_init must be one of {T_INITS}, got {t_init!r}")
+    if input_scale is not None and not input_scale > 0:
+        raise ValueError(f"input_scale must be a positive number or None, got {input_scale!r}")
+    check_finite_matrix(E0, "the teacher embedding")
+    M = E0.detach().to(torch.float64)
+    V, d = M.shape
+    mu = M.mean(dim=0) if centre else torch.zeros(d, dtype=torch.float64)
+    if centre:
+        if V <= d:
+            raise ValueError(
+                f"a centred memory needs V > d (Z^T 1 = 0 leaves V - 1 dimensions), got V={V}, d={d}"
+            )
+        M = M - mu
+    p = polar(M, rank_rtol=rank_rtol if rank_rtol is not None else _default_rtol(E0))
+    power = T_INIT_POWER[t_init]
+    sigma = p.singular_values
+    bulk_in = float(sigma.pow(-power - 1).median())
+    c = 1.0 if input_scale is None else float(input_scale) / bulk_in
+    r = c * bulk_in
+    evals, evecs = torch.linalg.eigh(p.H)
+    evals = evals.clamp_min(torch.finfo(torch.float64).tiny)
+    T = (evecs * (evals.pow(power) / c)) @ evecs.T
+    L = cholesky_lower(T)
+    gain_factor = c / float(sigma.pow(power - 1).median())
+    U = p.U
+    if centre:
+        # Z^T 1 = H^{-1} M^T 1 = 0 in exact arithmetic; remove the rounding residue.
+        U = U - U.mean(dim=0, keepdim=True)
+        U = polar_retraction(U)
+    return TeacherFactors(
+        Z=U,
+        L=L,
+        input_bias=r * mu if centre else None,
+        input_scale=c,
+        relative_scale=r,
+        gain_factor=gain_factor,
+        singular_values=sigma,
+        mean_row=mu,
+    )
+
+
+def _default_rtol(E0: Tensor) -> float:
+    """The rank threshold of `polar` for the dtype E0 was stored in."""
+    return E0.shape[1] * torch.finfo(E0.dtype).eps
