@@ -4,7 +4,9 @@
 
 Values of overrides are parsed as YAML scalars (`3e-4`, `true`, `null`,
 `[1, 2]`), then checked against the dataclass field's type. An unknown key is
-an error that names the closest known key.
+an error that names the closest known key. A field whose type is itself a
+dataclass is a section: a mapping in YAML (`distill: {teacher: initial}`) and
+dotted keys in overrides (`distill.alpha=0.5`), merged key by key.
 """
 
 from __future__ import annotations
@@ -59,6 +61,14 @@ def _coerce(name: str, value: Any, annotation: Any) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{name} must be a mapping, got {value!r}")
         return value
+    if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
+        if isinstance(value, annotation):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(
+                f"{name} must be a mapping of {annotation.__name__} keys, got {value!r}"
+            )
+        return from_dict(annotation, value, source=f"section {name!r}")
     if annotation is Any:
         return value
     if annotation is bool:
@@ -95,11 +105,31 @@ def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """`base` updated by `update`; dotted keys ("a.b") and nested mappings merge key by key."""
+    out = dict(base)
+    for key, value in update.items():
+        head, dot, rest = key.partition(".")
+        if dot:
+            value, key = {rest: value}, head
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        elif isinstance(value, dict):
+            out[key] = _merge({}, value)
+        else:
+            out[key] = value
+    return out
+
+
 def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
-    """Build dataclass `cls` from a mapping, rejecting unknown keys and ill-typed values."""
+    """Build dataclass `cls` from a mapping, rejecting unknown keys and ill-typed values.
+
+    Dotted keys ("section.key") address fields of a section (a dataclass-typed field).
+    """
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     hints = typing.get_type_hints(cls)
     kwargs = {}
+    data = _merge({}, data)
     for key, value in data.items():
         if key not in fields:
             raise ConfigError(f"unknown key {key!r} in {source}" + _suggest(key, list(fields)))
@@ -121,13 +151,13 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequenc
         if not isinstance(loaded, dict):
             raise ConfigError(f"{p} must hold a mapping of key: value, got {type(loaded).__name__}")
         for key in loaded:
-            if key not in {f.name for f in dataclasses.fields(cls)}:  # type: ignore[arg-type]
+            if str(key).partition(".")[0] not in {f.name for f in dataclasses.fields(cls)}:  # type: ignore[arg-type]
                 raise ConfigError(
                     f"unknown key {key!r} in {p}"
                     + _suggest(key, [f.name for f in dataclasses.fields(cls)])  # type: ignore[arg-type]
                 )
-        data.update(loaded)
-    data.update(parse_overrides(overrides))
+        data = _merge(data, loaded)
+    data = _merge(data, parse_overrides(overrides))
     return from_dict(cls, data, source=str(path) if path else "overrides")
 
 

@@ -13,12 +13,17 @@ tied teacher E0 and U0 are one tensor.
 - "untied": Untied(E0, U0): logits unchanged (a tied teacher gets two copies).
 - "tt": TransposeTying(E0) (or U0 with `source="output"`): unchanged logits
   for a tied teacher; an untied one loses the other matrix.
-- "pit": PseudoInverseTying.from_teacher(M, t_init) with M = U0 or E0 by
-  `source`. Since W_out·E = I_d, PIT keeps exactly one side of the teacher
-  unless M has orthonormal columns: t_init="output" keeps the head
-  (W_out = U0^T when M = U0), "input" keeps the embedding (E = E0 when M = E0),
-  "identity" takes Z = polar factor of M and T = I. By default M follows
-  t_init: U0 for "output", E0 for "input" and "identity".
+- "pit": a PseudoInverseTying from M = U0 or E0 (by `source`), see `PitOptions`.
+  Since W_out·E = I_d, PIT keeps exactly one side of the teacher unless M has
+  orthonormal columns: t_init="output" keeps the head (W_out = U0^T when
+  M = U0), "input" keeps the embedding (E = E0 when M = E0), "identity" takes
+  Z = polar factor of M and T = I; "fit" starts from "output" and fits T and
+  the final-norm gain to the teacher on calibration text
+  (`tying.hf.calibrate.fit_pit`). By default M follows t_init: U0 for
+  "output" and "fit", E0 for "input" and "identity". Two options reduce the
+  damage and keep W_out·E = I exactly: the centred memory (Z from M − 1μ^T,
+  μ as input bias) and the scale correction (T/c with the final-norm gain ×c,
+  so the head is unchanged while E moves to the teacher's scale).
 
 transformers 5 ties `lm_head.weight` to the embedding by parameter name
 (`_tied_weights_keys`, applied when `config.tie_word_embeddings` is true, in
@@ -32,6 +37,7 @@ which would swap in a plain `nn.Embedding`, raises instead.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -43,18 +49,63 @@ from tying.hf.modules import INTERFACE_ATTR, InterfaceEmbedding, InterfaceHead
 from tying.hf.state import CONFIG_KEY, interface_record, tie_of
 from tying.interface.base import TokenInterface
 from tying.interface.factory import check_tie
-from tying.interface.pit import T_INITS, PseudoInverseTying
+from tying.interface.pit import T_INITS, PseudoInverseTying, teacher_factors
 from tying.interface.transpose import TransposeTying
 from tying.interface.untied import Untied
 
-#: t_init used by `convert(tie="pit")` when none is given. "output" keeps the
-#: teacher's head (its logits) exactly; the issue leaves the final default to a
-#: measurement, so callers should read this constant rather than hard-code it.
-DEFAULT_T_INIT = "output"
+#: PIT initialisations of a converted teacher: the closed forms, and "fit".
+PIT_INITS = (*T_INITS, "fit")
+#: t_init used by `convert(tie="pit")` when none is given and calibration windows are:
+#: "fit" measured best (docs/teacher.md). Without calibration windows the default is
+#: the best closed form, CLOSED_FORM_T_INIT with the centred memory and scale correction.
+DEFAULT_T_INIT = "fit"
+#: The closed-form t_init used without calibration windows (and as the start of "fit").
+CLOSED_FORM_T_INIT = "output"
+#: Calibration tokens (the first windows) on which input_scale="auto" is searched.
+SEARCH_TOKENS = 1024
+#: Values of `input_scale` besides a positive number.
+INPUT_SCALE_MODES = ("auto", "none")
 #: Which teacher matrix seeds a TT or PIT interface.
 SOURCES = ("input", "output")
 #: Attribute of a converted model holding its ConversionReport.
 REPORT_ATTR = "tying_report"
+
+
+@dataclass
+class PitOptions:
+    """How `convert(tie="pit")` builds PIT from a pretrained teacher (CLI: `tying convert`).
+
+    Attributes:
+        t_init: "identity", "output", "input" (closed forms, `tying.interface.pit`) or
+            "fit" ("output", then T and the final-norm gain fitted to the teacher on
+            calibration text). None: "fit" when calibration windows are given, else "output".
+        centre: build Z from the centred teacher (M − 1μ^T) and add μ (scaled like E)
+            as a constant input row; keeps W_out·E = I exactly (Z^T 1 = 0).
+        input_scale: the scale correction. A number r > 0: T is divided by c so that E
+            sits at r times the teacher's scale in the bulk of its spectrum, and the
+            final-norm gain is multiplied by the factor that keeps (output, fit) or
+            rescales (identity, input) the head to the teacher's scale; "auto": r
+            searched on the calibration windows (r = 1 without them); "none": no
+            correction (T exactly H^p, final norm untouched).
+    """
+
+    t_init: str | None = None
+    centre: bool = True
+    input_scale: float | str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.t_init is not None and self.t_init not in PIT_INITS:
+            raise ValueError(f"t_init must be one of {PIT_INITS}, got {self.t_init!r}")
+        scale = self.input_scale
+        bad = f"input_scale must be a positive number, 'auto' or 'none', got {scale!r}"
+        if isinstance(scale, str) and scale not in INPUT_SCALE_MODES:
+            try:
+                scale = float(scale)
+            except ValueError:
+                raise ValueError(bad) from None
+            self.input_scale = scale
+        if not isinstance(scale, str) and not scale > 0:
+            raise ValueError(bad)
 
 
 @dataclass
@@ -80,6 +131,12 @@ class ConversionReport:
         logit_softcap: soft-capping applied after the head, or None.
         dtype: dtype of the interface's tensors.
         notes: human-readable remarks (e.g. what an untied teacher loses under TT).
+        centre: PIT: whether Z was built from the centred teacher (input bias).
+        input_scale: PIT: the relative input scale r applied (None: no scale correction).
+        gain_factor: PIT: the factor the final-norm gain was multiplied by (1.0: untouched).
+        scale_search: PIT with input_scale="auto": {r: KL} measured on calibration text.
+        fit: PIT with t_init="fit": the fit's summary (`tying.hf.calibrate.FitReport`).
+        step0: KL(teacher ‖ converted) and losses at step 0, when measured.
     """
 
     model_type: str
@@ -98,6 +155,12 @@ class ConversionReport:
     logit_softcap: float | None
     dtype: str
     notes: list[str] = field(default_factory=list)
+    centre: bool | None = None
+    input_scale: float | None = None
+    gain_factor: float | None = None
+    scale_search: dict[str, float] | None = None
+    fit: dict[str, Any] | None = None
+    step0: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict of the fields."""
@@ -165,20 +228,63 @@ def _teacher_matrices(adapter: Adapter, model: nn.Module) -> tuple[Tensor, Tenso
 
 
 def _build_pit(
-    M: Tensor, t_init: str, bias: Tensor | None, options: dict[str, Any]
-) -> PseudoInverseTying:
-    """PIT from teacher matrix M, built in float32 (float64 for float64 M), then cast to M's dtype."""
+    M: Tensor,
+    t_init: str,
+    centre: bool,
+    input_scale: float | None,
+    bias: Tensor | None,
+    options: dict[str, Any],
+) -> tuple[PseudoInverseTying, float]:
+    """PIT from teacher matrix M, built in float32 (float64 for float64 M), cast to M's dtype.
+
+    Returns the interface and the factor the final-norm gain must be multiplied by
+    (1.0 without scale correction).
+    """
     work = torch.float64 if M.dtype == torch.float64 else torch.float32
     rank_rtol = options.pop("rank_rtol", None)
-    pit = PseudoInverseTying.from_teacher(
-        M.to(work),
-        t_init,
-        dtype=work,
-        rank_rtol=rank_rtol,
+    factors = teacher_factors(
+        M, t_init, centre=centre, input_scale=input_scale, rank_rtol=rank_rtol
+    )
+    pit = PseudoInverseTying(
+        factors.Z.to(work),
+        factors.L.to(work),
         bias=None if bias is None else bias.to(work),
+        input_bias=None if factors.input_bias is None else factors.input_bias.to(work),
         **options,
     )
-    return pit.to(device=M.device, dtype=M.dtype)
+    gain = factors.gain_factor if input_scale is not None else 1.0
+    return pit.to(device=M.device, dtype=M.dtype), gain
+
+
+def _repair_pit(
+    model: nn.Module,
+    adapter: Adapter,
+    report: ConversionReport,
+    gain_factor: float,
+    r0: float | None,
+    options: PitOptions,
+    captured: Any,
+    fit_options: Any,
+    progress: bool,
+) -> None:
+    """After installing a PIT interface: scale correction, input-scale search, fit; fill the report."""
+    report.centre = options.centre
+    if gain_factor != 1.0:
+        adapter.scale_final_norm_(model, gain_factor)
+    report.gain_factor = gain_factor
+    report.input_scale = r0
+    if options.input_scale == "auto" and r0 is not None and captured is not None:
+        from tying.hf.calibrate import search_input_scale
+
+        search = search_input_scale(model, captured.subset(SEARCH_TOKENS))
+        report.input_scale = r0 * search.best
+        report.gain_factor = gain_factor * search.best
+        report.scale_search = {f"{r0 * f:.4g}": kl for f, kl in search.kl.items()}
+    if report.t_init == "fit":
+        from tying.hf.calibrate import FitOptions, fit_pit
+
+        result = fit_pit(model, captured, fit_options or FitOptions(), progress=progress)
+        report.fit = result.to_dict()
 
 
 def install_interface(
@@ -224,6 +330,12 @@ def convert(
     t_init: str | None = None,
     source: str | None = None,
     tokenizer: Any = None,
+    centre: bool | None = None,
+    input_scale: float | str | None = None,
+    calibration: Sequence[tuple[Tensor, Tensor]] | Any = None,
+    measure: Sequence[tuple[Tensor, Tensor]] | Any = None,
+    fit_options: Any = None,
+    progress: bool = False,
     **interface_options: Any,
 ) -> ConversionReport:
     """Replace, in place, the embedding and head of a transformers causal LM by a token interface.
@@ -232,13 +344,24 @@ def convert(
         model: a `transformers` causal LM of a supported architecture
             (`tying.hf.adapters.supported_model_types()`), not yet converted.
         tie: "untied", "tt" or "pit".
-        t_init: PIT only: "output" (keep the teacher's head), "input" (keep its
-            embedding) or "identity" (T = I). Default `DEFAULT_T_INIT`.
+        t_init: PIT only (`PitOptions.t_init`): "output" (keep the teacher's head),
+            "input" (keep its embedding), "identity" (T = I) or "fit". Default:
+            "fit" with calibration windows, else "output".
         source: TT/PIT only: the teacher matrix the interface is built from,
             "input" (E0) or "output" (U0). Default: "input" for TT; for PIT
-            "output" when t_init="output", else "input". Irrelevant for tied teachers.
+            "output" when t_init is "output" or "fit", else "input". Irrelevant for
+            tied teachers.
         tokenizer: optional tokenizer; len(tokenizer) is checked against the
             embedding rows and padded rows are reported.
+        centre: PIT only (`PitOptions.centre`, default True).
+        input_scale: PIT only (`PitOptions.input_scale`, default "auto").
+        calibration: PIT only: (inputs, targets) windows (B, T) of calibration text, or
+            their `tying.hf.calibrate.TeacherCapture` (taken on this model before
+            conversion), used by input_scale="auto" (its first 1,024 tokens) and t_init="fit".
+        measure: optional held-out windows (or their capture); the step-0
+            KL(teacher ‖ converted) on them goes into the report (`report.step0`).
+        fit_options: `tying.hf.calibrate.FitOptions` for t_init="fit" (default: its defaults).
+        progress: show progress bars (scale search, fit).
         interface_options: constructor keyword arguments of the interface
             (PIT: trainable_z, diag_activation, diag_clamp, retraction_eps,
             rank_rtol, loss_chunk_size; TT: input_grad_scale, loss_chunk_size;
@@ -262,6 +385,15 @@ def convert(
         )
     if tie != "pit" and t_init is not None:
         raise ValueError(f"t_init applies to tie='pit' only, got tie={tie!r}")
+    if tie != "pit" and (centre is not None or input_scale is not None or calibration):
+        raise ValueError(
+            f"centre, input_scale and calibration apply to tie='pit' only, got tie={tie!r}"
+        )
+    pit_options = PitOptions(
+        t_init=t_init,
+        centre=True if centre is None else centre,
+        input_scale="auto" if input_scale is None else input_scale,
+    )
     if source is not None and source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES} or None, got {source!r}")
     if tie == "untied" and source is not None:
@@ -306,18 +438,57 @@ def convert(
                 "one is dropped and logits change"
             )
     else:
-        t_init = t_init or DEFAULT_T_INIT
-        if t_init not in T_INITS:
-            raise ValueError(f"t_init must be one of {T_INITS}, got {t_init!r}")
-        source_name = source or ("output" if t_init == "output" else "input")
+        t_init = pit_options.t_init or (DEFAULT_T_INIT if calibration else CLOSED_FORM_T_INIT)
+        if t_init == "fit" and not calibration:
+            raise ValueError(
+                "t_init='fit' fits T to the teacher on calibration text: pass calibration="
+                "[(inputs, targets), ...] windows (tying convert and tying train do), or "
+                f"choose a closed form from {T_INITS}"
+            )
+        closed_form = CLOSED_FORM_T_INIT if t_init == "fit" else t_init
+        if pit_options.centre and adapter.logit_softcap(model) is not None:
+            pit_options.centre = False
+            notes.append(
+                "soft-capped logits: the centred memory shifts every logit of a position by "
+                "the same amount, which tanh soft-capping does not ignore; built uncentred"
+            )
+        source_name = source or ("output" if closed_form == "output" else "input")
         used = E0 if source_name == "input" else U0
-        interface = _build_pit(used, t_init, bias, options)
+        scale = pit_options.input_scale
+        r0 = None if scale == "none" else (1.0 if scale == "auto" else float(scale))
+        interface, gain_factor = _build_pit(
+            used, closed_form, pit_options.centre, r0, bias, options
+        )
         if used.dtype in (torch.float16, torch.bfloat16):
             notes.append(
                 f"Z is stored in {used.dtype}: its columns are orthonormal only to that precision; "
                 "load the model in float32 to convert exactly"
             )
+        if gain_factor != 1.0 and not adapter.final_norm_parameters(model):
+            if scale != "auto":
+                raise ValueError(
+                    f"input_scale={scale!r} needs a final-norm gain to keep the head, and this "
+                    f"{adapter.family} model's final norm has none: use input_scale='none'"
+                )
+            notes.append("the final norm has no gain: no scale correction (input_scale='none')")
+            interface, gain_factor = _build_pit(
+                used, closed_form, pit_options.centre, None, bias, options
+            )
+            r0 = None
     zero_rows = int((used == 0).all(dim=1).sum()) if used.numel() else 0
+    zero_rows = int((used == 0).all(dim=1).sum()) if used.numel() else 0
+
+    captured = measured = None
+    if (tie == "pit" and calibration) or measure:
+        from tying.hf.calibrate import TeacherCapture, capture_teacher
+
+        def captured_of(windows: Any) -> TeacherCapture:
+            return (
+                windows if isinstance(windows, TeacherCapture) else capture_teacher(model, windows)
+            )
+
+        captured = captured_of(calibration) if tie == "pit" and calibration else None
+        measured = captured_of(measure) if measure else None
 
     report = ConversionReport(
         model_type=model.config.model_type,
@@ -338,6 +509,14 @@ def convert(
         notes=notes,
     )
     install_interface(model, interface, adapter, embed_scale)
+    if tie == "pit":
+        _repair_pit(
+            model, adapter, report, gain_factor, r0, pit_options, captured, fit_options, progress
+        )
+    if measured is not None:
+        from tying.hf.calibrate import step0_kl
+
+        report.step0 = step0_kl(model, measured)
     record = interface_record(interface, embed_scale)
     record["report"] = report.to_dict()
     setattr(model.config, CONFIG_KEY, record)
