@@ -12,19 +12,54 @@ _DTYPES = ("float32", "float64", "bfloat16", "float16")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tying.hf.convert import DEFAULT_T_INIT, SOURCES
+    from tying.hf.calibrate import FitOptions
+    from tying.hf.convert import DEFAULT_T_INIT, PIT_INITS, SOURCES
     from tying.interface.factory import TIES
-    from tying.interface.pit import T_INITS
 
+    fit = FitOptions()
     parser.add_argument(
         "spec", help="'smollm2', a .gguf file, a model folder or a Hugging Face Hub id"
     )
     parser.add_argument("--tie", choices=TIES, default="pit", help="token interface (default: pit)")
     parser.add_argument(
         "--t-init",
-        choices=T_INITS,
+        choices=PIT_INITS,
         default=None,
-        help=f"PIT: which side of the teacher to keep exactly (default: {DEFAULT_T_INIT})",
+        help=f"PIT: initialisation (default: {DEFAULT_T_INIT}; see docs/teacher.md)",
+    )
+    parser.add_argument(
+        "--no-centre",
+        action="store_true",
+        help="PIT: build Z from the raw teacher, without the mean row as input bias",
+    )
+    parser.add_argument(
+        "--input-scale",
+        default="auto",
+        help="PIT scale correction: 'auto' (searched on calibration text), 'none' or a number r",
+    )
+    parser.add_argument(
+        "--calibration",
+        default=None,
+        help="PIT: calibration text for --input-scale auto and --t-init fit "
+        "(default: the Gutenberg training split)",
+    )
+    parser.add_argument(
+        "--fit-tokens",
+        type=int,
+        default=fit.tokens,
+        help=f"PIT fit: budget in calibration tokens (default: {fit.tokens})",
+    )
+    parser.add_argument(
+        "--fit-params",
+        default=fit.params,
+        help=f"PIT fit: what moves, a subset of t,gain,bias,z (default: {fit.params})",
+    )
+    parser.add_argument(
+        "--step0-tokens",
+        type=int,
+        default=2048,
+        help="held-out tokens on which the step-0 KL(teacher ‖ converted) is measured and "
+        "printed (default: 2048 of Gutenberg validation; 0: skip)",
     )
     parser.add_argument(
         "--source",
@@ -51,25 +86,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from tying.hf.convert import convert
-    from tying.hf.loading import load
+    from tying.experiments.teacher_init import convert_spec
+    from tying.hf.calibrate import FitOptions
 
     options = {"trainable_z": True} if args.trainable_z else {}
     if args.trainable_z and args.tie != "pit":
         print("tying convert: error: --trainable-z applies to --tie pit only", file=sys.stderr)
         return 2
+    if args.tie == "pit":
+        options.update(t_init=args.t_init, centre=not args.no_centre, input_scale=args.input_scale)
     try:
-        model, tokenizer = load(
-            args.spec, dtype=getattr(torch, args.dtype), cache=not args.no_cache
-        )
-        report = convert(
-            model, args.tie, t_init=args.t_init, source=args.source, tokenizer=tokenizer, **options
+        fit = FitOptions(tokens=args.fit_tokens, params=args.fit_params)
+        model, tokenizer, report = convert_spec(
+            args.spec,
+            args.tie,
+            dtype=getattr(torch, args.dtype),
+            cache=not args.no_cache,
+            calibration_source=args.calibration,
+            step0_tokens=args.step0_tokens,
+            fit_options=fit,
+            source=args.source,
+            **options,
         )
     except (ValueError, FileNotFoundError, OSError, NotImplementedError) as e:
         print(f"tying convert: error: {e}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(e, ValueError) else 1
     model.save_pretrained(args.out)
     if tokenizer is not None:
         tokenizer.save_pretrained(args.out)
+    if report.step0 is not None:
+        s = report.step0
+        print(
+            f"step 0: KL(teacher ‖ converted) = {s['kl']:.3f} nats/token, loss {s['loss']:.3f} "
+            f"(teacher {s['teacher_loss']:.3f}) on {s['tokens']} held-out tokens",
+            file=sys.stderr,
+        )
     print(json.dumps({"out": str(args.out), "report": report.to_dict()}, indent=2))
     return 0
