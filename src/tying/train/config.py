@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tying.config import ConfigError
+from tying.hf.calibrate import FitOptions
 from tying.interface import check_tie
+from tying.train.distill import DistillConfig
 
 PRECISIONS = ("bf16", "fp32")
 DISTRIBUTED = ("ddp", "fsdp")
@@ -20,7 +22,16 @@ class TrainConfig:
         model: a `tying.hf.load` spec (hub id, folder, .gguf, `smollm2`) for
             teacher mode; None trains the preset from scratch.
         tie: token interface, "untied", "tt" or "pit".
-        t_init: teacher-mode PIT initialisation of T ("identity", "output", "input").
+        t_init: teacher-mode PIT initialisation ("identity", "output", "input" or "fit");
+            None = the default of `tying.hf.convert` with calibration windows ("fit").
+        pit_centre: teacher-mode PIT: centred memory with the mean row as input bias.
+        pit_input_scale: teacher-mode PIT scale correction: a number r, "auto" (searched
+            on calibration windows) or "none" (`tying.hf.convert.PitOptions`).
+        fit: the `fit` section (`tying.hf.calibrate.FitOptions`) of t_init="fit":
+            calibration tokens (drawn from the training data with seed + 1), what is
+            fitted, step sizes. E.g. `fit.tokens=32768`.
+        step0_tokens: teacher mode: validation tokens on which the step-0 KL(teacher ‖
+            converted) is measured and written to conversion.json (0 = not measured).
         pit_trainable_z: train PIT's memory Z (Stiefel retraction after each step).
             None (default) = trained in scratch mode (a frozen random Z leaves no
             per-token parameter to learn), frozen in teacher mode (Z keeps the
@@ -57,12 +68,22 @@ class TrainConfig:
         track_gradient_paths: log the input/output split of the interface gradient.
         tensorboard: also write TensorBoard event files.
         progress: show a progress bar.
+    Distillation:
+        distill: the `distill` section (`tying.train.distill.DistillConfig`):
+            teacher (None = off, "initial" = the model before conversion, or a spec),
+            alpha, temperature; loss = (1 − α)·CE + α·τ²·KL(teacher_τ ‖ student_τ),
+            logged as loss, ce and kl. YAML `distill: {teacher: initial, alpha: 0.5}`
+            or overrides `distill.teacher=initial distill.alpha=0.5`.
     """
 
     preset: str = "tiny"
     model: str | None = None
     tie: str = "tt"
-    t_init: str = "output"
+    t_init: str | None = None
+    pit_centre: bool = True
+    pit_input_scale: float | str = "auto"
+    fit: FitOptions = field(default_factory=FitOptions)
+    step0_tokens: int = 2048
     pit_trainable_z: bool | None = None
     pit_diag_activation: str = "exp"
     input_grad_scale: float = 1.0
@@ -99,6 +120,8 @@ class TrainConfig:
     track_gradient_paths: bool = False
     tensorboard: bool = True
     progress: bool = True
+
+    distill: DistillConfig = field(default_factory=DistillConfig)
 
     def __post_init__(self) -> None:
         try:
