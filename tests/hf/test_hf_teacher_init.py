@@ -209,3 +209,36 @@ def test_conversion_errors() -> None:
         FitOptions(params="t,everything")
     report = convert(tiny_model("olmo"), "pit", t_init="output")  # "auto" without a gain
     assert report.input_scale is None and any("no gain" in n for n in report.notes)
+
+
+def test_least_squares_gain_is_the_minimiser_and_keeps_the_output_head() -> None:
+    from tying.hf.calibrate import least_squares_gain
+
+    g = torch.Generator().manual_seed(0)
+    d, n_states = 6, 400
+    A = torch.randn(d, d, generator=g, dtype=torch.float64)
+    H = A @ A.T + d * torch.eye(d, dtype=torch.float64)
+    B = torch.randn(d, d, generator=g, dtype=torch.float64)
+    T = B @ B.T + torch.eye(d, dtype=torch.float64)
+    gain = 1 + 0.3 * torch.randn(d, generator=g, dtype=torch.float64)
+    n = torch.randn(n_states, d, generator=g, dtype=torch.float64)
+    sigma = n.T @ n / n_states
+
+    def f(gp: torch.Tensor) -> torch.Tensor:  # the naive objective over the states
+        return ((n * gp) @ T - (n * gain) @ H).pow(2).sum(1).mean()
+
+    best = least_squares_gain(T, H, gain, sigma)
+    grad = torch.func.grad(f)(best)
+    assert float(grad.abs().max()) < 1e-10  # stationary ...
+    for _ in range(5):  # ... and a minimum (the objective is a convex quadratic)
+        assert f(best + 0.01 * torch.randn(d, generator=g, dtype=torch.float64)) > f(best)
+    torch.testing.assert_close(least_squares_gain(H / 7.0, H, gain, sigma), 7.0 * gain)
+
+
+def test_soft_capped_heads_are_not_centred() -> None:
+    model = tiny_model("gemma3")
+    model.config.final_logit_softcapping = 30.0
+    report = convert(model, "pit", t_init="output")
+    assert report.centre is False and interface_of(model).input_bias is None
+    assert any("soft-capped" in note for note in report.notes)
+    assert consistency(model) <= 1e-4  # float32 model

@@ -254,6 +254,37 @@ def search_input_scale(
     return ScaleSearch(best=best, kl=dict(sorted(tried.items())))
 
 
+def least_squares_gain(T: Tensor, H: Tensor, gain: Tensor, second_moment: Tensor) -> Tensor:
+    """The final-norm gain g' that best reproduces a tied teacher's head for a given T.
+
+    With Z = U (the polar factor of the centred teacher E0c = U H), the teacher's
+    logits of a normalized final state n (1×d, before the gain g) are
+    (n ⊙ g) H U^T up to a constant per position, and the converted model's are
+    (n ⊙ g') T U^T. Their mean squared difference over states with second moment
+    Σ = E[n^T n] (U has orthonormal columns, so it drops out),
+
+        f(g') = E ||(n ⊙ g') T − (n ⊙ g) H||² = g'^T (Σ ∘ T T^T) g' − 2 g'^T (Σ ∘ T H) g + const,
+
+    (∘ the elementwise product; (n ⊙ a) M (n ⊙ b)^T averages to a^T (Σ ∘ M) b) is a
+    quadratic in g' with the minimiser
+
+        g' = (Σ ∘ T T^T)^{-1} (Σ ∘ T H) g.
+
+    For T = H / c it returns c·g (the scale correction keeps the head exactly).
+
+    Args:
+        T: (d, d) symmetric positive definite, the converted model's T.
+        H: (d, d) the polar factor H of the centred teacher (its head is H U^T).
+        gain: (d,) the teacher's final-norm gain g.
+        second_moment: (d, d) Σ = E[n^T n] of the teacher's normalized final states.
+
+    Returns:
+        (d,) the gain g', float64.
+    """
+    T, H, g, S = (t.to(torch.float64) for t in (T, H, gain, second_moment))
+    return torch.linalg.solve(S * (T @ T.T), (S * (T @ H)) @ g)
+
+
 #: The degrees of freedom `fit_pit` can move: "t" (T through its Cholesky factor), "gain"
 #: (the final-norm gain, and a LayerNorm bias with it), "bias" (the input bias of a centred
 #: PIT) and "z" (the memory Z, kept orthonormal — and centred — by retraction).
@@ -618,6 +649,7 @@ __all__ = [
     "TeacherCapture",
     "capture_teacher",
     "fit_pit",
+    "least_squares_gain",
     "search_input_scale",
     "step0_kl",
 ]
