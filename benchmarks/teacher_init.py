@@ -18,14 +18,14 @@ from pathlib import Path
 
 import torch
 
-from tying.experiments.teacher_init import (
+from tying.hf import load
+from tying.hf.calibrate import FitOptions
+from tying.teacher.step0 import (
     VARIANTS,
     _text_tokenizer,
     conversion_table,
     windows_from_source,
 )
-from tying.hf import load
-from tying.hf.calibrate import FitOptions
 
 
 def main() -> None:

@@ -203,7 +203,7 @@ def test_conversion_errors() -> None:
         convert(tiny_model("llama"), "pit", input_scale="large")
     with pytest.raises(ValueError, match="t_init must be"):
         convert(tiny_model("llama"), "pit", t_init="middle")
-    with pytest.raises(ValueError, match="tie='pit' only"):
+    with pytest.raises(ValueError, match="centre does not apply to tie='tt'"):
         convert(tiny_model("llama"), "tt", centre=True)
     with pytest.raises(ValueError, match="fit params"):
         FitOptions(params="t,everything")

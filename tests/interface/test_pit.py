@@ -223,12 +223,24 @@ def test_embedding_solve_never_inverts(monkeypatch) -> None:
     pit.embedding_matrix()
 
 
-def test_logits_match_cross_entropy_gradients_against_tt_formula() -> None:
-    # loss through PIT equals loss through an explicit untied (E, W_out) pair.
-    pit = random_pit(60, 8, dtype=torch.float64)
-    E = pit.embedding_matrix().detach()
-    U = pit.unembedding_matrix().detach()
-    ids = torch.randint(0, 60, (20,))
-    targets = torch.randint(0, 60, (20,))
-    expected = F.cross_entropy(E[ids] @ U.T, targets)
-    torch.testing.assert_close(pit.loss(pit.embed(ids), targets), expected)
+def test_loss_and_gradients_match_a_naive_inverse_formula() -> None:
+    """PIT's loss and its gradients w.r.t. L's parameter and Z (triangular solves, chunked
+    loss) equal those of the naive formula E = Z inv(L L^T), W_out = L L^T Z^T in float64."""
+    pit = random_pit(60, 8, dtype=torch.float64, trainable_z=True)
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 60, (20,), generator=gen)
+    targets = torch.randint(0, 60, (20,), generator=gen)
+    loss = pit.loss(pit.embed(ids), targets)
+    loss.backward()
+
+    l_param = pit.l_param.detach().clone().requires_grad_(True)
+    Z = pit.z.detach().clone().requires_grad_(True)
+    L = pit.cholesky_factor(l_param)
+    T = L @ L.T
+    E = Z @ torch.linalg.inv(T)  # the explicit inverse PIT never forms
+    logits = E[ids] @ (T @ Z.T)
+    naive = F.cross_entropy(logits, targets)
+    naive.backward()
+    torch.testing.assert_close(loss, naive)
+    torch.testing.assert_close(pit.l_param.grad, l_param.grad, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(pit.z.grad, Z.grad, rtol=1e-9, atol=1e-12)

@@ -114,7 +114,7 @@ def test_input_bias_needs_a_centred_memory() -> None:
     Z = orthonormal_from_gaussian(50, 4)
     with pytest.raises(ValueError, match="centred memory"):
         PseudoInverseTying(Z, torch.eye(4, dtype=torch.float64), input_bias=torch.zeros(4))
-    from tying.hf.state import centred_placeholder
+    from tying.interface.pit import centred_placeholder
 
     with pytest.raises(ValueError, match="shape"):
         PseudoInverseTying(centred_placeholder(50, 4), torch.eye(4), input_bias=torch.zeros(5))
@@ -149,3 +149,58 @@ def test_teacher_factors_rejects_bad_options() -> None:
         teacher_factors(anisotropic_teacher(), "fit")
     with pytest.raises(ValueError, match="input_scale"):
         teacher_factors(anisotropic_teacher(), "output", input_scale=0.0)
+
+
+@pytest.mark.parametrize("t_init", [None, "fit", "output", "input", "identity"])
+@pytest.mark.parametrize("input_scale", ["auto", "none", 2.0])
+def test_from_teacher_matrices_settings_and_exact_consistency(t_init, input_scale) -> None:
+    E0 = anisotropic_teacher()
+    built = PseudoInverseTying.from_teacher_matrices(
+        E0, E0, bias=None, teacher_tied=True, t_init=t_init, input_scale=input_scale
+    )
+    s = built.settings
+    assert s["t_init"] == (t_init or "fit") and s["centre"] is True
+    assert s["closed_form"] == ("output" if s["t_init"] == "fit" else s["t_init"])
+    assert s["fit"] == {None: "default", "fit": "requested"}.get(t_init)
+    assert s["search_input_scale"] == (input_scale == "auto")
+    direct = teacher_factors(
+        E0,
+        s["closed_form"],
+        centre=True,
+        input_scale=None if input_scale == "none" else (1.0 if input_scale == "auto" else 2.0),
+    )
+    torch.testing.assert_close(built.interface.transform(), direct.L @ direct.L.T)
+    expected_gain = 1.0 if input_scale == "none" else direct.gain_factor
+    assert s["gain_factor"] == pytest.approx(expected_gain, rel=1e-12)
+    assert consistency_error(built.interface) <= 1e-9
+    E, U = built.interface.analysis_matrices()  # the rows the model reads, bias included
+    torch.testing.assert_close(E, built.interface.embedding_matrix())
+    assert float((U.T @ E - torch.eye(12, dtype=torch.float64)).abs().max()) <= 1e-9
+
+
+def test_placeholder_of_a_centred_interface_loads_its_state_exactly() -> None:
+    pit = PseudoInverseTying.from_teacher(anisotropic_teacher(), "output", centre=True)
+    assert pit.options()["centred"] is True
+    empty = PseudoInverseTying.placeholder(
+        300, 12, dtype=torch.float32, bias=False, **pit.options()
+    )
+    assert empty.input_bias is not None
+    empty.load_state_dict(pit.state_dict(), strict=True)
+    ids = torch.arange(300)
+    assert torch.equal(empty.embed(ids), pit.embed(ids))
+    plain = PseudoInverseTying.from_teacher(anisotropic_teacher(), "output")
+    assert plain.options()["centred"] is False
+    again = PseudoInverseTying.placeholder(
+        300, 12, dtype=torch.float32, bias=False, **plain.options()
+    )
+    assert again.input_bias is None
+
+
+def test_from_teacher_matrices_rejects_bad_values() -> None:
+    E0 = anisotropic_teacher()
+    with pytest.raises(ValueError, match="t_init must be"):
+        PseudoInverseTying.from_teacher_matrices(E0, E0, bias=None, teacher_tied=True, t_init="x")
+    with pytest.raises(ValueError, match="input_scale"):
+        PseudoInverseTying.from_teacher_matrices(
+            E0, E0, bias=None, teacher_tied=True, input_scale="large"
+        )

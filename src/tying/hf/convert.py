@@ -13,17 +13,22 @@ tied teacher E0 and U0 are one tensor.
 - "untied": Untied(E0, U0): logits unchanged (a tied teacher gets two copies).
 - "tt": TransposeTying(E0) (or U0 with `source="output"`): unchanged logits
   for a tied teacher; an untied one loses the other matrix.
-- "pit": a PseudoInverseTying from M = U0 or E0 (by `source`), see `PitOptions`.
-  Since W_out·E = I_d, PIT keeps exactly one side of the teacher unless M has
-  orthonormal columns: t_init="output" keeps the head (W_out = U0^T when
-  M = U0), "input" keeps the embedding (E = E0 when M = E0), "identity" takes
-  Z = polar factor of M and T = I; "fit" starts from "output" and fits T and
-  the final-norm gain to the teacher on calibration text
-  (`tying.hf.calibrate.fit_pit`). By default M follows t_init: U0 for
-  "output" and "fit", E0 for "input" and "identity". Two options reduce the
+- "pit": PseudoInverseTying.from_teacher_matrices with M = U0 or E0 by
+  `source`. Since W_out·E = I_d, PIT keeps exactly one side of the teacher
+  unless M has orthonormal columns: t_init="output" keeps the head
+  (W_out = U0^T when M = U0), "input" keeps the embedding (E = E0 when M = E0),
+  "identity" takes Z = polar factor of M and T = I; "fit" (the default) starts
+  from "output" and fits T and the final-norm gain to the teacher on
+  calibration text (`tying.hf.calibrate.fit_pit`). Two options reduce the
   damage and keep W_out·E = I exactly: the centred memory (Z from M − 1μ^T,
   μ as input bias) and the scale correction (T/c with the final-norm gain ×c,
   so the head is unchanged while E moves to the teacher's scale).
+
+What an interface's `TeacherConversion.settings` ask of the model is done
+here, whatever the interface: "gain_factor" (multiply the final-norm gain),
+"search_input_scale" (search the scale on calibration text), "fit" (fit on
+calibration text), and "centre" (rebuilt uncentred for a soft-capped head,
+where a common logit offset is not harmless).
 
 transformers 5 ties `lm_head.weight` to the embedding by parameter name
 (`_tied_weights_keys`, applied when `config.tie_word_embeddings` is true, in
@@ -41,71 +46,29 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from tying.hf.adapters import Adapter, get_adapter
 from tying.hf.modules import INTERFACE_ATTR, InterfaceEmbedding, InterfaceHead
-from tying.hf.state import CONFIG_KEY, interface_record, tie_of
-from tying.interface.base import TokenInterface
-from tying.interface.factory import check_tie
-from tying.interface.pit import T_INITS, PseudoInverseTying, teacher_factors
-from tying.interface.transpose import TransposeTying
-from tying.interface.untied import Untied
+from tying.hf.state import CONFIG_KEY, interface_record
+from tying.interface import TokenInterface, interface_class, tie_of
+from tying.interface.base import SOURCES
+from tying.interface.pit import CLOSED_FORM_T_INIT, DEFAULT_T_INIT, PIT_INITS
+from tying.interface.registry import check_options
 
-#: PIT initialisations of a converted teacher: the closed forms, and "fit".
-PIT_INITS = (*T_INITS, "fit")
-#: t_init used by `convert(tie="pit")` when none is given and calibration windows are:
-#: "fit" measured best (docs/teacher.md). Without calibration windows the default is
-#: the best closed form, CLOSED_FORM_T_INIT with the centred memory and scale correction.
-DEFAULT_T_INIT = "fit"
-#: The closed-form t_init used without calibration windows (and as the start of "fit").
-CLOSED_FORM_T_INIT = "output"
+__all__ = [
+    "CLOSED_FORM_T_INIT",
+    "DEFAULT_T_INIT",
+    "PIT_INITS",
+    "SOURCES",
+    "ConversionReport",
+    "convert",
+    "install_interface",
+]
 #: Calibration tokens (the first windows) on which input_scale="auto" is searched.
 SEARCH_TOKENS = 1024
-#: Values of `input_scale` besides a positive number.
-INPUT_SCALE_MODES = ("auto", "none")
-#: Which teacher matrix seeds a TT or PIT interface.
-SOURCES = ("input", "output")
 #: Attribute of a converted model holding its ConversionReport.
 REPORT_ATTR = "tying_report"
-
-
-@dataclass
-class PitOptions:
-    """How `convert(tie="pit")` builds PIT from a pretrained teacher (CLI: `tying convert`).
-
-    Attributes:
-        t_init: "identity", "output", "input" (closed forms, `tying.interface.pit`) or
-            "fit" ("output", then T and the final-norm gain fitted to the teacher on
-            calibration text). None: "fit" when calibration windows are given, else "output".
-        centre: build Z from the centred teacher (M − 1μ^T) and add μ (scaled like E)
-            as a constant input row; keeps W_out·E = I exactly (Z^T 1 = 0).
-        input_scale: the scale correction. A number r > 0: T is divided by c so that E
-            sits at r times the teacher's scale in the bulk of its spectrum, and the
-            final-norm gain is multiplied by the factor that keeps (output, fit) or
-            rescales (identity, input) the head to the teacher's scale; "auto": r
-            searched on the calibration windows (r = 1 without them); "none": no
-            correction (T exactly H^p, final norm untouched).
-    """
-
-    t_init: str | None = None
-    centre: bool = True
-    input_scale: float | str = "auto"
-
-    def __post_init__(self) -> None:
-        if self.t_init is not None and self.t_init not in PIT_INITS:
-            raise ValueError(f"t_init must be one of {PIT_INITS}, got {self.t_init!r}")
-        scale = self.input_scale
-        bad = f"input_scale must be a positive number, 'auto' or 'none', got {scale!r}"
-        if isinstance(scale, str) and scale not in INPUT_SCALE_MODES:
-            try:
-                scale = float(scale)
-            except ValueError:
-                raise ValueError(bad) from None
-            self.input_scale = scale
-        if not isinstance(scale, str) and not scale > 0:
-            raise ValueError(bad)
 
 
 @dataclass
@@ -133,7 +96,7 @@ class ConversionReport:
         notes: human-readable remarks (e.g. what an untied teacher loses under TT).
         centre: PIT: whether Z was built from the centred teacher (input bias).
         input_scale: PIT: the relative input scale r applied (None: no scale correction).
-        gain_factor: PIT: the factor the final-norm gain was multiplied by (1.0: untouched).
+        gain_factor: the factor the final-norm gain was multiplied by (1.0: untouched).
         scale_search: PIT with input_scale="auto": {r: KL} measured on calibration text.
         fit: PIT with t_init="fit": the fit's summary (`tying.hf.calibrate.FitReport`).
         step0: KL(teacher ‖ converted) and losses at step 0, when measured.
@@ -227,66 +190,6 @@ def _teacher_matrices(adapter: Adapter, model: nn.Module) -> tuple[Tensor, Tenso
     return E0.detach(), U0.detach(), (bias.detach() if isinstance(bias, Tensor) else None)
 
 
-def _build_pit(
-    M: Tensor,
-    t_init: str,
-    centre: bool,
-    input_scale: float | None,
-    bias: Tensor | None,
-    options: dict[str, Any],
-) -> tuple[PseudoInverseTying, float]:
-    """PIT from teacher matrix M, built in float32 (float64 for float64 M), cast to M's dtype.
-
-    Returns the interface and the factor the final-norm gain must be multiplied by
-    (1.0 without scale correction).
-    """
-    work = torch.float64 if M.dtype == torch.float64 else torch.float32
-    rank_rtol = options.pop("rank_rtol", None)
-    factors = teacher_factors(
-        M, t_init, centre=centre, input_scale=input_scale, rank_rtol=rank_rtol
-    )
-    pit = PseudoInverseTying(
-        factors.Z.to(work),
-        factors.L.to(work),
-        bias=None if bias is None else bias.to(work),
-        input_bias=None if factors.input_bias is None else factors.input_bias.to(work),
-        **options,
-    )
-    gain = factors.gain_factor if input_scale is not None else 1.0
-    return pit.to(device=M.device, dtype=M.dtype), gain
-
-
-def _repair_pit(
-    model: nn.Module,
-    adapter: Adapter,
-    report: ConversionReport,
-    gain_factor: float,
-    r0: float | None,
-    options: PitOptions,
-    captured: Any,
-    fit_options: Any,
-    progress: bool,
-) -> None:
-    """After installing a PIT interface: scale correction, input-scale search, fit; fill the report."""
-    report.centre = options.centre
-    if gain_factor != 1.0:
-        adapter.scale_final_norm_(model, gain_factor)
-    report.gain_factor = gain_factor
-    report.input_scale = r0
-    if options.input_scale == "auto" and r0 is not None and captured is not None:
-        from tying.hf.calibrate import search_input_scale
-
-        search = search_input_scale(model, captured.subset(SEARCH_TOKENS))
-        report.input_scale = r0 * search.best
-        report.gain_factor = gain_factor * search.best
-        report.scale_search = {f"{r0 * f:.4g}": kl for f, kl in search.kl.items()}
-    if report.t_init == "fit":
-        from tying.hf.calibrate import FitOptions, fit_pit
-
-        result = fit_pit(model, captured, fit_options or FitOptions(), progress=progress)
-        report.fit = result.to_dict()
-
-
 def install_interface(
     model: nn.Module, interface: TokenInterface, adapter: Adapter, embed_scale: float
 ) -> None:
@@ -299,8 +202,8 @@ def install_interface(
     """
     setattr(model, INTERFACE_ATTR, interface)
     interface._is_hf_initialized = True
-    adapter.set_input_embedding(model, InterfaceEmbedding(interface, embed_scale))
-    adapter.set_output_head(model, InterfaceHead(interface))
+    adapter.set_input_embedding(model, InterfaceEmbedding(model, embed_scale))
+    adapter.set_output_head(model, InterfaceHead(model))
     model.config.tie_word_embeddings = False
     text_config = (
         model.config.get_text_config() if hasattr(model.config, "get_text_config") else None
@@ -323,15 +226,43 @@ def _resize_unsupported(*args: Any, **kwargs: Any) -> None:
     )
 
 
+def _finish_conversion(
+    model: nn.Module,
+    adapter: Adapter,
+    report: ConversionReport,
+    settings: dict[str, Any],
+    captured: Any,
+    fit_options: Any,
+    progress: bool,
+) -> None:
+    """After installing the interface: what its settings ask (gain, scale search, fit)."""
+    if "gain_factor" not in settings:
+        return
+    gain_factor = float(settings["gain_factor"])
+    if gain_factor != 1.0:
+        adapter.scale_final_norm_(model, gain_factor)
+    report.gain_factor = gain_factor
+    r0 = settings.get("input_scale")
+    if settings.get("search_input_scale") and r0 is not None and captured is not None:
+        from tying.hf.calibrate import search_input_scale
+
+        search = search_input_scale(model, captured.subset(SEARCH_TOKENS))
+        report.input_scale = r0 * search.best
+        report.gain_factor = gain_factor * search.best
+        report.scale_search = {f"{r0 * f:.4g}": kl for f, kl in search.kl.items()}
+    if settings.get("fit") and captured is not None:
+        from tying.hf.calibrate import FitOptions, fit_pit
+
+        result = fit_pit(model, captured, fit_options or FitOptions(), progress=progress)
+        report.fit = result.to_dict()
+
+
 def convert(
     model: nn.Module,
     tie: str = "pit",
     *,
-    t_init: str | None = None,
     source: str | None = None,
     tokenizer: Any = None,
-    centre: bool | None = None,
-    input_scale: float | str | None = None,
     calibration: Sequence[tuple[Tensor, Tensor]] | Any = None,
     measure: Sequence[tuple[Tensor, Tensor]] | Any = None,
     fit_options: Any = None,
@@ -343,29 +274,30 @@ def convert(
     Args:
         model: a `transformers` causal LM of a supported architecture
             (`tying.hf.adapters.supported_model_types()`), not yet converted.
-        tie: "untied", "tt" or "pit".
-        t_init: PIT only (`PitOptions.t_init`): "output" (keep the teacher's head),
-            "input" (keep its embedding), "identity" (T = I) or "fit". Default:
-            "fit" with calibration windows, else "output".
+        tie: a registered interface name ("untied", "tt", "pit").
         source: TT/PIT only: the teacher matrix the interface is built from,
             "input" (E0) or "output" (U0). Default: "input" for TT; for PIT
-            "output" when t_init is "output" or "fit", else "input". Irrelevant for
-            tied teachers.
+            "output" when t_init is "output" or "fit", else "input". Irrelevant for tied
+            teachers.
         tokenizer: optional tokenizer; len(tokenizer) is checked against the
             embedding rows and padded rows are reported.
-        centre: PIT only (`PitOptions.centre`, default True).
-        input_scale: PIT only (`PitOptions.input_scale`, default "auto").
-        calibration: PIT only: (inputs, targets) windows (B, T) of calibration text, or
-            their `tying.hf.calibrate.TeacherCapture` (taken on this model before
-            conversion), used by input_scale="auto" (its first 1,024 tokens) and t_init="fit".
+        calibration: (inputs, targets) windows (B, T) of calibration text, their
+            `tying.hf.calibrate.TeacherCapture` (taken on this model before conversion), or a
+            function `tokens -> windows` called only when the conversion asks for data (PIT:
+            input_scale="auto" searches on the first 1,024 tokens, t_init="fit" fits on
+            `fit_options.tokens + check_tokens`). Without them PIT's default t_init falls
+            back to CLOSED_FORM_T_INIT; an explicit t_init="fit" raises.
         measure: optional held-out windows (or their capture); the step-0
             KL(teacher ‖ converted) on them goes into the report (`report.step0`).
         fit_options: `tying.hf.calibrate.FitOptions` for t_init="fit" (default: its defaults).
         progress: show progress bars (scale search, fit).
-        interface_options: constructor keyword arguments of the interface
-            (PIT: trainable_z, diag_activation, diag_clamp, retraction_eps,
-            rank_rtol, loss_chunk_size; TT: input_grad_scale, loss_chunk_size;
-            untied: loss_chunk_size).
+        interface_options: the interface's conversion options, the keywords of its
+            `from_teacher_matrices` (PIT: t_init (one of PIT_INITS, default
+            `DEFAULT_T_INIT`), centre (default True), input_scale (r > 0, "auto" or
+            "none"; default "auto"), trainable_z, diag_activation, diag_clamp,
+            retraction_eps, rank_rtol, loss_chunk_size; TT: input_grad_scale,
+            loss_chunk_size; untied: loss_chunk_size); one that does not apply raises
+            ValueError.
 
     Returns:
         The ConversionReport (also kept as `model.tying_report` and, as a dict,
@@ -373,33 +305,18 @@ def convert(
 
     Raises:
         ValueError: unsupported architecture, model already converted, bad
-            option, a tokenizer larger than the embedding, or (PIT) a
-            rank-deficient teacher matrix.
+            option, a tokenizer larger than the embedding, t_init="fit" without
+            calibration windows, or (PIT) a rank-deficient teacher matrix.
     """
-    check_tie(tie)
+    cls = interface_class(tie)
     adapter = get_adapter(model)
     if is_converted(model):
         raise ValueError(
             "this model is already converted (it has model.tying_interface); export it with "
             "tying.hf.export and reload it to convert again"
         )
-    if tie != "pit" and t_init is not None:
-        raise ValueError(f"t_init applies to tie='pit' only, got tie={tie!r}")
-    if tie != "pit" and (centre is not None or input_scale is not None or calibration):
-        raise ValueError(
-            f"centre, input_scale and calibration apply to tie='pit' only, got tie={tie!r}"
-        )
-    pit_options = PitOptions(
-        t_init=t_init,
-        centre=True if centre is None else centre,
-        input_scale="auto" if input_scale is None else input_scale,
-    )
-    if source is not None and source not in SOURCES:
-        raise ValueError(f"source must be one of {SOURCES} or None, got {source!r}")
-    if tie == "untied" and source is not None:
-        raise ValueError(
-            "source applies to tie='tt' or 'pit'; 'untied' keeps both teacher matrices"
-        )
+    options = {k: v for k, v in interface_options.items() if v is not None}
+    check_options(tie, cls.from_teacher_matrices, options, "conversion")
 
     E0, U0, bias = _teacher_matrices(adapter, model)
     V, d = E0.shape
@@ -422,64 +339,57 @@ def convert(
                 "tokenizer; they are kept so every model id stays valid"
             )
 
-    options = dict(interface_options)
-    if tie == "untied":
-        used, source_name = E0, "both"
-        interface: TokenInterface = Untied(E0, U0, bias=bias, **options)
-        if teacher_tied:
-            notes.append("tied teacher: E and W_out start as two equal copies and train apart")
-    elif tie == "tt":
-        source_name = source or "input"
-        used = E0 if source_name == "input" else U0
-        interface = TransposeTying(used, bias=bias, **options)
-        if not teacher_tied:
-            notes.append(
-                f"untied teacher: TT keeps its {source_name} matrix for both sides; the other "
-                "one is dropped and logits change"
+    def build() -> Any:
+        return cls.from_teacher_matrices(
+            E0, U0, bias=bias, teacher_tied=bool(teacher_tied), source=source, **options
+        )
+
+    built = build()
+    settings = built.settings
+    if settings.get("centre") and adapter.logit_softcap(model) is not None:
+        options["centre"] = False
+        built = build()
+        settings = built.settings
+        notes.append(
+            "soft-capped logits: the centred memory shifts every logit of a position by "
+            "the same amount, which tanh soft-capping does not ignore; built uncentred"
+        )
+    if settings.get("gain_factor", 1.0) != 1.0 and not adapter.final_norm_parameters(model):
+        if not settings.get("search_input_scale"):
+            raise ValueError(
+                f"input_scale={options.get('input_scale')!r} needs a final-norm gain to keep the "
+                f"head, and this {adapter.family} model's final norm has none: use "
+                "input_scale='none'"
             )
-    else:
-        t_init = pit_options.t_init or (DEFAULT_T_INIT if calibration else CLOSED_FORM_T_INIT)
-        if t_init == "fit" and not calibration:
+        options["input_scale"] = "none"
+        built = build()
+        settings = built.settings
+        notes.append("the final norm has no gain: no scale correction (input_scale='none')")
+    if callable(calibration):
+        if settings.get("fit"):
+            from tying.hf.calibrate import FitOptions
+
+            fit = fit_options or FitOptions()
+            calibration = calibration(fit.tokens + fit.check_tokens)
+        elif settings.get("search_input_scale"):
+            calibration = calibration(SEARCH_TOKENS)
+        else:
+            calibration = None
+    if settings.get("fit") and not calibration:
+        if settings["fit"] == "requested":
             raise ValueError(
                 "t_init='fit' fits T to the teacher on calibration text: pass calibration="
                 "[(inputs, targets), ...] windows (tying convert and tying train do), or "
-                f"choose a closed form from {T_INITS}"
+                f"choose a closed form from {PIT_INITS[:-1]}"
             )
-        closed_form = CLOSED_FORM_T_INIT if t_init == "fit" else t_init
-        if pit_options.centre and adapter.logit_softcap(model) is not None:
-            pit_options.centre = False
-            notes.append(
-                "soft-capped logits: the centred memory shifts every logit of a position by "
-                "the same amount, which tanh soft-capping does not ignore; built uncentred"
-            )
-        source_name = source or ("output" if closed_form == "output" else "input")
-        used = E0 if source_name == "input" else U0
-        scale = pit_options.input_scale
-        r0 = None if scale == "none" else (1.0 if scale == "auto" else float(scale))
-        interface, gain_factor = _build_pit(
-            used, closed_form, pit_options.centre, r0, bias, options
-        )
-        if used.dtype in (torch.float16, torch.bfloat16):
-            notes.append(
-                f"Z is stored in {used.dtype}: its columns are orthonormal only to that precision; "
-                "load the model in float32 to convert exactly"
-            )
-        if gain_factor != 1.0 and not adapter.final_norm_parameters(model):
-            if scale != "auto":
-                raise ValueError(
-                    f"input_scale={scale!r} needs a final-norm gain to keep the head, and this "
-                    f"{adapter.family} model's final norm has none: use input_scale='none'"
-                )
-            notes.append("the final norm has no gain: no scale correction (input_scale='none')")
-            interface, gain_factor = _build_pit(
-                used, closed_form, pit_options.centre, None, bias, options
-            )
-            r0 = None
-    zero_rows = int((used == 0).all(dim=1).sum()) if used.numel() else 0
+        settings["t_init"], settings["fit"] = settings["closed_form"], None
+    interface, used = built.interface, built.used
+    notes += built.notes
     zero_rows = int((used == 0).all(dim=1).sum()) if used.numel() else 0
 
+    wants_data = settings.get("fit") or settings.get("search_input_scale")
     captured = measured = None
-    if (tie == "pit" and calibration) or measure:
+    if (calibration and wants_data) or measure:
         from tying.hf.calibrate import TeacherCapture, capture_teacher
 
         def captured_of(windows: Any) -> TeacherCapture:
@@ -487,15 +397,15 @@ def convert(
                 windows if isinstance(windows, TeacherCapture) else capture_teacher(model, windows)
             )
 
-        captured = captured_of(calibration) if tie == "pit" and calibration else None
+        captured = captured_of(calibration) if calibration and wants_data else None
         measured = captured_of(measure) if measure else None
 
     report = ConversionReport(
         model_type=model.config.model_type,
         family=adapter.family,
         tie=tie_of(interface),
-        t_init=t_init if tie == "pit" else None,
-        source=source_name,
+        t_init=settings.get("t_init"),
+        source=built.source,
         teacher_tied=bool(teacher_tied),
         vocab_rows=int(V),
         d_model=int(d),
@@ -505,14 +415,13 @@ def convert(
         embed_scale=float(embed_scale),
         output_bias=bias is not None,
         logit_softcap=adapter.logit_softcap(model),
-        dtype=str(interface.z.dtype if tie == "pit" else used.dtype).removeprefix("torch."),
+        dtype=str(interface.embedding_matrix().dtype).removeprefix("torch."),
         notes=notes,
+        centre=settings.get("centre"),
+        input_scale=settings.get("input_scale"),
     )
     install_interface(model, interface, adapter, embed_scale)
-    if tie == "pit":
-        _repair_pit(
-            model, adapter, report, gain_factor, r0, pit_options, captured, fit_options, progress
-        )
+    _finish_conversion(model, adapter, report, settings, captured, fit_options, progress)
     if measured is not None:
         from tying.hf.calibrate import step0_kl
 

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tying.interface.base import TokenInterface
+from tying.interface.base import SOURCES, GradientSplit, TeacherConversion, TokenInterface
 from tying.interface.linalg import (
     check_finite_matrix,
     cholesky_lower,
@@ -45,7 +46,21 @@ from tying.interface.linalg import (
     polar_retraction,
 )
 
+#: The closed-form initialisations of T from a teacher (`from_teacher`, `teacher_factors`).
 T_INITS = ("identity", "output", "input")
+#: Initialisations of a conversion (`from_teacher_matrices`): the closed forms, and "fit"
+#: (the closed form CLOSED_FORM_T_INIT, then T and the final-norm gain fitted to the teacher
+#: on calibration text by the caller, `tying.hf.calibrate.fit_pit`).
+PIT_INITS = (*T_INITS, "fit")
+#: t_init of a conversion when none is given: "fit" measured best (docs/teacher.md); a caller
+#: without calibration text falls back to CLOSED_FORM_T_INIT (with the centred memory and the
+#: scale correction, the best closed form).
+DEFAULT_T_INIT = "fit"
+#: The closed form used without calibration text, and as the start of "fit".
+CLOSED_FORM_T_INIT = "output"
+#: Values of `input_scale` besides a positive number: "auto" (searched on calibration text by the
+#: caller; r = 1 without it) and "none" (no scale correction).
+INPUT_SCALE_MODES = ("auto", "none")
 DIAG_ACTIVATIONS = ("exp", "softplus")
 #: Exponent p of T = H^p / c for each closed-form t_init (H = polar factor of the teacher).
 T_INIT_POWER = {"identity": 0, "output": 1, "input": -1}
@@ -77,6 +92,18 @@ class PseudoInverseTying(TokenInterface):
             (E = Z T^{-1} + 1 b^T), trained with the interface. Needs Z^T 1 = 0
             (checked: max|Z^T 1| / sqrt(V) ≤ ortho_atol), which the retraction keeps.
     """
+
+    tie = "pit"
+    vocab_tensors = ("z",)
+    manifold_tensors = ("z",)
+    config_options = {  # noqa: RUF012
+        "pit_trainable_z": "trainable_z",
+        "pit_diag_activation": "diag_activation",
+        "pit_diag_clamp": "diag_clamp",
+        "t_init": "t_init",
+        "pit_centre": "centre",
+        "pit_input_scale": "input_scale",
+    }
 
     def __init__(
         self,
@@ -165,16 +192,179 @@ class PseudoInverseTying(TokenInterface):
         cls,
         vocab_size: int,
         d_model: int,
+        *,
         generator: torch.Generator | None = None,
+        init_std: float = 0.02,
         dtype: torch.dtype = torch.float32,
-        **options,
+        trainable_z: bool = False,
+        diag_activation: str = "exp",
+        diag_clamp: tuple[float, float] | None = None,
+        bias: Tensor | None = None,
+        loss_chunk_size: int | None = None,
+        retraction_eps: float = 0.0,
     ) -> PseudoInverseTying:
         """Z from the thin QR of a Gaussian (signs fixed: deterministic), L = I (T = I, E = Z).
 
-        `options` are the constructor's keyword arguments (trainable_z, ...).
+        `init_std` is unused (Z is orthonormal, T = I); the other keywords are the constructor's.
         """
         Z = orthonormal_from_gaussian(vocab_size, d_model, generator).to(dtype)
-        return cls(Z, torch.eye(d_model, dtype=dtype), **options)
+        return cls(
+            Z,
+            torch.eye(d_model, dtype=dtype),
+            trainable_z=trainable_z,
+            diag_activation=diag_activation,
+            diag_clamp=diag_clamp,
+            bias=bias,
+            loss_chunk_size=loss_chunk_size,
+            retraction_eps=retraction_eps,
+        )
+
+    @classmethod
+    def placeholder(
+        cls, vocab_size: int, d_model: int, *, dtype: torch.dtype, bias: bool, **options: Any
+    ) -> PseudoInverseTying:
+        """Z = the first d columns of the identity, L = I (valid, cheap).
+
+        With `centred=True` (in `options`, as `options()` records it) Z has columns summing
+        to zero (`centred_placeholder`) and the interface an input bias (zeros).
+        """
+        if options.get("diag_clamp") is not None:
+            options["diag_clamp"] = tuple(options["diag_clamp"])
+        b = torch.zeros(vocab_size, dtype=dtype) if bias else None
+        if options.pop("centred", False):
+            Z = centred_placeholder(vocab_size, d_model, dtype)
+            options["input_bias"] = torch.zeros(d_model, dtype=dtype)
+        else:
+            Z = torch.eye(vocab_size, d_model, dtype=dtype)
+        return cls(Z, torch.eye(d_model, dtype=dtype), bias=b, **options)
+
+    @classmethod
+    def from_teacher_matrices(
+        cls,
+        E0: Tensor,
+        U0: Tensor,
+        *,
+        bias: Tensor | None,
+        teacher_tied: bool,
+        source: str | None = None,
+        t_init: str | None = None,
+        centre: bool = True,
+        input_scale: float | str = "auto",
+        rank_rtol: float | None = None,
+        trainable_z: bool = False,
+        diag_activation: str = "exp",
+        diag_clamp: tuple[float, float] | None = None,
+        retraction_eps: float = 0.0,
+        loss_chunk_size: int | None = None,
+    ) -> TeacherConversion:
+        """PIT from M = U0 or E0 (by `source`) through `teacher_factors`.
+
+        Built in float64 factors, stored in float32 (float64 for a float64 M), then cast to
+        M's dtype. Since W_out·E = I_d, PIT keeps exactly one side of the teacher unless M has
+        orthonormal columns: t_init="output" keeps the head (W_out = U0^T when M = U0),
+        "input" keeps the embedding (E = E0 when M = E0), "identity" takes Z = the polar
+        factor of M and T = I; "fit" builds CLOSED_FORM_T_INIT and asks the caller to fit T
+        and the final-norm gain on calibration text. By default M follows the closed form:
+        U0 for "output" and "fit", E0 for "input" and "identity".
+
+        Two options reduce the damage and keep W_out·E = I exactly: `centre` (Z from
+        M − 1μ^T, μ as input bias) and the scale correction `input_scale` (T/c, so E sits at
+        r times the teacher's scale; the caller multiplies the final-norm gain by
+        `settings["gain_factor"]`, which for "output" keeps the head exactly).
+
+        Args:
+            E0, U0, bias, teacher_tied, source: see `TokenInterface.from_teacher_matrices`.
+            t_init: one of PIT_INITS, or None for DEFAULT_T_INIT.
+            centre: centred memory with the mean row as input bias.
+            input_scale: r > 0 (E at r times the teacher's scale), "auto" (r = 1 here; the
+                caller may search it on calibration text) or "none" (T exactly H^p, gain 1).
+            rank_rtol: rank threshold of `tying.interface.linalg.polar`.
+            trainable_z, diag_activation, diag_clamp, retraction_eps, loss_chunk_size: the
+                constructor's.
+
+        Returns:
+            The conversion; its `settings` hold what a caller acts on: "t_init" (as asked, or
+            the default), "closed_form" (what was built), "centre", "input_scale" (r, or None
+            without correction), "gain_factor" (multiply the final-norm gain by it),
+            "search_input_scale" (input_scale was "auto") and "fit" (None, "requested" when
+            t_init="fit" was asked for, "default" when it is only the default: a caller
+            without calibration text then keeps the closed form).
+        """
+        if source is not None and source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES} or None, got {source!r}")
+        fit = None if t_init is None else ("requested" if t_init == "fit" else None)
+        t_init = t_init or DEFAULT_T_INIT
+        if t_init not in PIT_INITS:
+            raise ValueError(f"t_init must be one of {PIT_INITS}, got {t_init!r}")
+        if t_init == "fit":
+            fit = fit or "default"
+        closed = CLOSED_FORM_T_INIT if t_init == "fit" else t_init
+        scale = parse_input_scale(input_scale)
+        r0 = None if scale == "none" else (1.0 if scale == "auto" else float(scale))
+        source = source or ("output" if closed == "output" else "input")
+        M = E0 if source == "input" else U0
+        work = torch.float64 if M.dtype == torch.float64 else torch.float32
+        factors = teacher_factors(M, closed, centre=centre, input_scale=r0, rank_rtol=rank_rtol)
+        pit = cls(
+            factors.Z.to(work),
+            factors.L.to(work),
+            bias=None if bias is None else bias.to(work),
+            input_bias=None if factors.input_bias is None else factors.input_bias.to(work),
+            trainable_z=trainable_z,
+            diag_activation=diag_activation,
+            diag_clamp=diag_clamp,
+            retraction_eps=retraction_eps,
+            loss_chunk_size=loss_chunk_size,
+        ).to(device=M.device, dtype=M.dtype)
+        notes = []
+        if M.dtype in (torch.float16, torch.bfloat16):
+            notes.append(
+                f"Z is stored in {M.dtype}: its columns are orthonormal only to that precision; "
+                "load the model in float32 to convert exactly"
+            )
+        settings = {
+            "t_init": t_init,
+            "closed_form": closed,
+            "centre": bool(centre),
+            "input_scale": r0,
+            "gain_factor": factors.gain_factor if r0 is not None else 1.0,
+            "search_input_scale": scale == "auto",
+            "fit": fit,
+        }
+        return TeacherConversion(pit, source, M, notes, settings)
+
+    @classmethod
+    def count_parameters(cls, vocab_size: int, d_model: int) -> int:
+        """V·d (Z) + d(d+1)/2 (the free entries of the triangular L)."""
+        return vocab_size * d_model + d_model * (d_model + 1) // 2
+
+    @classmethod
+    def stored_elements(cls, vocab_size: int, d_model: int) -> int:
+        """V·d + d²: L's parameter is stored as a full d×d matrix (strict upper triangle unused)."""
+        return vocab_size * d_model + d_model * d_model
+
+    def options(self) -> dict[str, Any]:
+        return {
+            **super().options(),
+            "trainable_z": self.trainable_z,
+            "diag_activation": self.diag_activation,
+            "diag_clamp": list(self.diag_clamp) if self.diag_clamp else None,
+            "retraction_eps": self.retraction_eps,
+            "centred": self.centred,
+        }
+
+    def gradient_splits(self) -> list[GradientSplit]:
+        """L's input- against output-side gradient (primary, also as `L`), then Z's if trained."""
+        splits = [
+            GradientSplit("", "l_param", "l_param", shared=True),
+            GradientSplit("L", "l_param", "l_param", shared=True),
+        ]
+        if self.trainable_z:
+            splits.append(GradientSplit("Z", "z", "z", shared=True))
+        return splits
+
+    def rows_parameter(self) -> str | None:
+        return "z" if self.trainable_z else None
 
     @classmethod
     def from_teacher(
@@ -290,6 +480,20 @@ class PseudoInverseTying(TokenInterface):
             E = E + self.input_bias.to(E.dtype)
         return E.to(self.z.dtype)
 
+    @torch.no_grad()
+    def analysis_matrices(self) -> tuple[Tensor, Tensor]:
+        """(E, U) computed in float64 on the CPU (W_out·E = I to float64 rounding).
+
+        E is the rows the model reads, input bias included (W_out·1b^T = 0 for a centred Z).
+        """
+        Z = self.z.detach().cpu().to(torch.float64)
+        L = self.cholesky_factor(self.l_param.detach().cpu().to(torch.float64))
+        Y = torch.linalg.solve_triangular(L.T, Z, upper=True, left=False)
+        E = torch.linalg.solve_triangular(L, Y, upper=False, left=False)
+        if self.input_bias is not None:
+            E = E + self.input_bias.detach().cpu().to(torch.float64)
+        return E, (Z @ L) @ L.T
+
     def unembedding_matrix(self) -> Tensor:
         """U = W_out^T = Z T, (V, d)."""
         L = self.cholesky_factor()
@@ -298,9 +502,8 @@ class PseudoInverseTying(TokenInterface):
     def num_parameters(self) -> int:
         """V·d (Z) + d(d+1)/2 (the free entries of L) + V (output bias) + d (input bias), if any."""
         bias = self.vocab_size if self.bias is not None else 0
-        d = self.d_model
-        input_bias = d if self.input_bias is not None else 0
-        return self.vocab_size * d + d * (d + 1) // 2 + bias + input_bias
+        input_bias = self.d_model if self.input_bias is not None else 0
+        return self.count_parameters(self.vocab_size, self.d_model) + bias + input_bias
 
     # ---------------------------------------------------------- training helpers
     @torch.no_grad()
@@ -471,3 +674,39 @@ def teacher_factors(
 def _default_rtol(E0: Tensor) -> float:
     """The rank threshold of `polar` for the dtype E0 was stored in."""
     return E0.shape[1] * torch.finfo(E0.dtype).eps
+
+
+def parse_input_scale(value: float | str | None) -> float | str:
+    """`input_scale` as "auto", "none" or a positive float (None reads as "none").
+
+    Raises:
+        ValueError: anything else, with the accepted values.
+    """
+    if value is None:
+        return "none"
+    bad = f"input_scale must be a positive number, 'auto' or 'none', got {value!r}"
+    if isinstance(value, str):
+        if value in INPUT_SCALE_MODES:
+            return value
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(bad) from None
+    if isinstance(value, bool) or not float(value) > 0:
+        raise ValueError(bad)
+    return float(value)
+
+
+def centred_placeholder(V: int, d: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """A (V, d) matrix with orthonormal columns that each sum to zero (V > d): Helmert columns.
+
+    Column j is (1, ..., 1, −(j+1), 0, ...) / sqrt((j+1)(j+2)) with j+1 leading ones.
+    """
+    if V <= d:
+        raise ValueError(f"a centred memory needs V > d, got V={V}, d={d}")
+    j = torch.arange(d, dtype=torch.float64)
+    rows = torch.arange(V, dtype=torch.float64).unsqueeze(1)
+    norm = ((j + 1) * (j + 2)).rsqrt()
+    Z = torch.where(rows <= j, norm, torch.zeros(()))
+    Z = torch.where(rows == j + 1, -(j + 1) * norm, Z)
+    return Z.to(dtype)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,9 @@ from tying.data.batches import WindowSampler, eval_batches
 from tying.data.corpus import default_train_source, default_validation_source
 from tying.data.shards import TokenStore, ensure_shards, open_shards
 from tying.data.tokenizer import TextTokenizer, load_tokenizer
+from tying.decoder import Decoder, ModelConfig, preset_config
+from tying.hf import HFCausalLM, convert, load
+from tying.interface import interface_class
 from tying.paths import cache_dir
 from tying.train.config import TrainConfig
 from tying.train.distributed import DistInfo, barrier
@@ -43,54 +47,48 @@ def build_model(
     cfg: TrainConfig,
     vocab_size: int,
     *,
-    calibration: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    calibration: Callable[[int], list[tuple[torch.Tensor, torch.Tensor]]] | None = None,
     measure: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> nn.Module:
     """The model of a run: a decoder preset (scratch) or a converted HF model (teacher).
 
+    The interface's own options come from the config keys its class names in
+    `config_options` (`TrainConfig.interface_fields`), whatever the interface.
+
     Args:
         cfg: the run's configuration.
         vocab_size: V of the tokenizer (scratch mode).
-        calibration: teacher-mode PIT: calibration windows for input_scale="auto" and
-            t_init="fit". Without them the model gets the same structure from a closed form
-            (for a checkpoint's weights to be loaded into).
+        calibration: teacher mode: a function `tokens -> windows` of calibration text, called
+            when the conversion asks for data (PIT's input-scale search and fit). Without it
+            the model gets the same structure from the closed form (for a checkpoint's
+            weights to be loaded into).
         measure: teacher mode: windows on which the step-0 KL is measured (report.step0).
     """
+    fields = cfg.interface_fields()
     if cfg.model is not None:
-        from tying.hf import HFCausalLM, convert, load
-        from tying.interface.pit import T_INITS
-
         hf_model, _ = load(cfg.model)
-        options: dict[str, Any] = {}
-        if cfg.tie == "pit":
-            t_init = cfg.t_init
-            if not calibration and t_init not in T_INITS:
-                t_init = None  # the closed-form default: same parameters, no data needed
-            options = {
-                "t_init": t_init,
-                "trainable_z": cfg.trainable_z,
-                "centre": cfg.pit_centre,
-                "input_scale": cfg.pit_input_scale,
-                "calibration": calibration,
-                "fit_options": cfg.fit,
-                "progress": cfg.progress,
-            }
-        elif cfg.tie == "tt" and cfg.input_grad_scale != 1.0:
-            options = {"input_grad_scale": cfg.input_grad_scale}
-        convert(hf_model, tie=cfg.tie, measure=measure, **options)
+        mapping = interface_class(cfg.tie).config_options
+        options = {mapping[k]: v for k, v in fields.items()}
+        if calibration is None and options.get("t_init") == "fit":
+            del options["t_init"]  # the default: its closed form without data, same structure
+        convert(
+            hf_model,
+            tie=cfg.tie,
+            calibration=calibration,
+            measure=measure,
+            fit_options=cfg.fit,
+            progress=cfg.progress,
+            **options,
+        )
         return HFCausalLM(hf_model)
-    from tying.model.decoder import Decoder
-    from tying.model.presets import preset_config
-
+    model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
     model_cfg = preset_config(
         cfg.preset,
         vocab_size=vocab_size,
         tie=cfg.tie,
         norm=cfg.norm,
         max_seq_len=max(cfg.seq_len, 1024),
-        input_grad_scale=cfg.input_grad_scale,
-        pit_trainable_z=cfg.trainable_z if cfg.tie == "pit" else False,
-        pit_diag_activation=cfg.pit_diag_activation,
+        **{k: v for k, v in fields.items() if k in model_fields},
     )
     return Decoder(model_cfg, generator=torch.Generator().manual_seed(cfg.seed))
 
@@ -135,13 +133,12 @@ def calibration_windows(
 
 def _teacher_mode_windows(
     cfg: TrainConfig, store: TokenStore, val_store: TokenStore | None
-) -> tuple[list | None, list | None]:
-    """(calibration, measure) windows for converting a teacher (None where not needed)."""
-    calibration = None
-    needs = cfg.t_init in (None, "fit") or cfg.pit_input_scale == "auto"
-    if cfg.tie == "pit" and needs:
-        tokens = cfg.fit.tokens + cfg.fit.check_tokens if cfg.t_init in (None, "fit") else 1024
-        calibration = calibration_windows(store, cfg.seq_len, tokens, seed=cfg.seed + 1)
+) -> tuple[Callable[[int], list] | None, list | None]:
+    """(calibration, measure) for converting a teacher: calibration windows on demand."""
+
+    def calibration(tokens: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return calibration_windows(store, cfg.seq_len, tokens, seed=cfg.seed + 1)
+
     measure = None
     if cfg.step0_tokens > 0 and val_store is not None:
         measure = list(

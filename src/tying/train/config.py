@@ -3,91 +3,88 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from tying.config import ConfigError
+from tying.config import ConfigError, renamed, tie_field
 from tying.hf.calibrate import FitOptions
-from tying.interface import check_tie
+from tying.interface import check_tie, interface_class
+from tying.interface.registry import check_interface_options
 from tying.train.distill import DistillConfig
-
-PRECISIONS = ("bf16", "fp32")
-DISTRIBUTED = ("ddp", "fsdp")
 
 
 @dataclass
 class TrainConfig:
-    """Configuration of one training run (YAML file + `key=value` overrides).
+    """Configuration of one training run (YAML file, `key=value` overrides or `--key value` flags).
 
-    Model:
-        preset: decoder preset for scratch mode (`tiny`, `mini`, `small`, ...).
-        model: a `tying.hf.load` spec (hub id, folder, .gguf, `smollm2`) for
-            teacher mode; None trains the preset from scratch.
-        tie: token interface, "untied", "tt" or "pit".
-        t_init: teacher-mode PIT initialisation ("identity", "output", "input" or "fit");
-            None = the default of `tying.hf.convert` with calibration windows ("fit").
-        pit_centre: teacher-mode PIT: centred memory with the mean row as input bias.
-        pit_input_scale: teacher-mode PIT scale correction: a number r, "auto" (searched
-            on calibration windows) or "none" (`tying.hf.convert.PitOptions`).
-        fit: the `fit` section (`tying.hf.calibrate.FitOptions`) of t_init="fit":
-            calibration tokens (drawn from the training data with seed + 1), what is
-            fitted, step sizes. E.g. `fit.tokens=32768`.
+    Attributes:
+        preset: decoder preset trained from scratch (tiny, mini, small, medium, large, xl).
+        model: teacher mode: the pretrained model to convert and continue (smollm2, a .gguf, a
+            transformers folder or a hub id); null trains `preset` from scratch.
+        tie: token interface: untied, tt (W_out = E^T) or pit (pseudo-inverse tying).
+        t_init: teacher-mode PIT: how T is initialised (fit, output, input, identity; null =
+            the conversion default, fit: T and the final-norm gain fitted to the teacher on
+            calibration windows drawn from the training data with seed + 1).
+        pit_centre: teacher-mode PIT: build Z from the centred teacher, its mean row an input
+            bias.
+        pit_input_scale: teacher-mode PIT scale correction: auto (searched on calibration
+            windows), none, or a number r (E at r times the teacher's scale).
+        fit: teacher-mode PIT, t_init=fit: fit.tokens (calibration tokens), fit.params (what
+            moves: a subset of t,gain,bias,z), step sizes.
         step0_tokens: teacher mode: validation tokens on which the step-0 KL(teacher ‖
-            converted) is measured and written to conversion.json (0 = not measured).
-        pit_trainable_z: train PIT's memory Z (Stiefel retraction after each step).
-            None (default) = trained in scratch mode (a frozen random Z leaves no
-            per-token parameter to learn), frozen in teacher mode (Z keeps the
-            teacher's polar factor).
-        pit_diag_activation: "exp" or "softplus" for L's diagonal.
-        input_grad_scale: TT only: multiplies the input-side gradient of E.
-        norm: "rms" or "layer" (scratch mode).
-    Data:
-        data: training text (file, folder, glob or `hf:NAME`); None = Gutenberg train shards.
-        val_data: held-out text; None = Gutenberg validation.jsonl.xz; "" disables validation.
-        tokenizer: tokenizer spec for scratch mode ("gpt2", a folder, a .gguf, "smollm2").
-        max_documents: cap on training documents tokenized (None = all).
-    Optimisation:
+            converted) is measured, written to conversion.json and a step-0 metrics row (0 =
+            not measured).
+        pit_trainable_z: PIT: train the memory Z (with a Stiefel retraction after each step);
+            null = trained from scratch, frozen in teacher mode.
+        pit_diag_activation: PIT: exp or softplus, the map from parameters to L's diagonal.
+        input_grad_scale: TT: multiplier of the input-side gradient of E (unitless).
+        norm: scratch mode: rms (RMSNorm) or layer (LayerNorm).
+        data: training text (a file, folder, glob or hf:NAME); null = the Gutenberg train books.
+        val_data: held-out text; null = Gutenberg validation; an empty string = no validation.
+        tokenizer: scratch mode: gpt2, smollm2, a tokenizer folder, tokenizer.json or .gguf.
+        max_documents: cap on the training documents tokenized (null = all).
         max_steps: optimizer steps.
         seq_len: tokens per window.
-        global_batch_tokens: tokens per optimizer step over all processes and
-            micro-batches; must be a multiple of seq_len × micro_batch_size × world size.
+        global_batch_tokens: tokens per optimizer step over all processes and micro-batches
+            (a multiple of seq_len × micro_batch_size × processes).
         micro_batch_size: windows per forward pass per process.
-        lr, min_lr_ratio, warmup_steps: linear warm-up to lr, cosine decay to lr × min_lr_ratio.
-        weight_decay, beta1, beta2, grad_clip: AdamW and gradient-norm clipping (0 = off).
-        precision: "bf16" (autocast) or "fp32".
+        lr: peak learning rate (after a linear warm-up).
+        min_lr_ratio: final learning rate of the cosine decay, as a fraction of lr.
+        warmup_steps: steps of linear warm-up.
+        weight_decay: AdamW weight decay of matrices (not of norms, PIT's Z or L).
+        beta1: AdamW first-moment decay.
+        beta2: AdamW second-moment decay.
+        grad_clip: maximum global gradient norm (0 = no clipping).
+        precision: auto, bf16 (autocast) or fp32; auto = bf16 where the hardware has it.
         compile: wrap the model in torch.compile.
         seed: initialisation and data order.
-        deterministic: use PyTorch's deterministic kernels (CPU scatter/index-add are
-            otherwise order-nondeterministic), so a resumed run repeats the losses exactly.
-    Evaluation, checkpoints, logging:
+        deterministic: use deterministic kernels, so a resumed run repeats the losses exactly.
         eval_every: steps between validation passes (0 = only at the end).
-        eval_tokens: tokens evaluated per validation pass.
-        out_dir: run folder (metrics.jsonl, config.yaml, checkpoints/, tensorboard/).
+        eval_tokens: tokens per validation pass.
+        out: run folder (metrics.jsonl, config.yaml, checkpoints/, tensorboard/).
         checkpoint_every: steps between checkpoints (0 = only at the end).
-        keep_last: checkpoints kept.
-        resume: continue from the newest checkpoint in out_dir.
-        distributed: "ddp" or "fsdp" when launched by torchrun.
+        keep_last: checkpoints kept (older ones are deleted).
+        resume: continue from the newest intact checkpoint in `out`.
+        distributed: ddp or fsdp, when launched by torchrun.
         track_gradient_paths: log the input/output split of the interface gradient.
         tensorboard: also write TensorBoard event files.
         progress: show a progress bar.
-    Distillation:
-        distill: the `distill` section (`tying.train.distill.DistillConfig`):
-            teacher (None = off, "initial" = the model before conversion, or a spec),
-            alpha, temperature; loss = (1 − α)·CE + α·τ²·KL(teacher_τ ‖ student_τ),
-            logged as loss, ce and kl. YAML `distill: {teacher: initial, alpha: 0.5}`
-            or overrides `distill.teacher=initial distill.alpha=0.5`.
+        distill: distillation from a frozen teacher: distill.teacher (null = off, initial =
+            the model before conversion, or a model spec), distill.alpha, distill.temperature;
+            loss = (1 − α)·CE + α·τ²·KL(teacher_τ ‖ student_τ), logged as loss, ce and kl.
     """
 
     preset: str = "tiny"
     model: str | None = None
-    tie: str = "tt"
+    tie: str = tie_field()
     t_init: str | None = None
     pit_centre: bool = True
-    pit_input_scale: float | str = "auto"
+    pit_input_scale: str = "auto"
     fit: FitOptions = field(default_factory=FitOptions)
     step0_tokens: int = 2048
     pit_trainable_z: bool | None = None
-    pit_diag_activation: str = "exp"
+    pit_diag_activation: Literal["exp", "softplus"] = "exp"
     input_grad_scale: float = 1.0
-    norm: str = "rms"
+    norm: Literal["rms", "layer"] = "rms"
 
     data: str | None = None
     val_data: str | None = None
@@ -105,18 +102,18 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
-    precision: str = "bf16"
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
     compile: bool = False
     seed: int = 0
     deterministic: bool = True
 
     eval_every: int = 100
     eval_tokens: int = 65536
-    out_dir: str = "runs/train"
+    out: str = renamed("runs/train", "out_dir")
     checkpoint_every: int = 100
     keep_last: int = 2
     resume: bool = False
-    distributed: str = "ddp"
+    distributed: Literal["ddp", "fsdp"] = "ddp"
     track_gradient_paths: bool = False
     tensorboard: bool = True
     progress: bool = True
@@ -126,12 +123,9 @@ class TrainConfig:
     def __post_init__(self) -> None:
         try:
             check_tie(self.tie)
+            check_interface_options(self, self.tie)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.distributed not in DISTRIBUTED:
-            raise ConfigError(f"distributed must be one of {DISTRIBUTED}, got {self.distributed!r}")
         for name in (
             "max_steps",
             "seq_len",
@@ -148,6 +142,19 @@ class TrainConfig:
     def trainable_z(self) -> bool:
         """Whether PIT's Z is trained: `pit_trainable_z`, or by mode when it is None."""
         return self.pit_trainable_z if self.pit_trainable_z is not None else self.model is None
+
+    def interface_fields(self) -> dict[str, Any]:
+        """{config key: value} of this config's keys that carry the chosen interface's options.
+
+        The keys are the interface class's `config_options` that this config has; `None`
+        values are left out (the interface's own default applies), and `pit_trainable_z`
+        is resolved by mode (`trainable_z`).
+        """
+        mapping = interface_class(self.tie).config_options
+        values = {key: getattr(self, key) for key in mapping if hasattr(self, key)}
+        if "pit_trainable_z" in values:
+            values["pit_trainable_z"] = self.trainable_z
+        return {k: v for k, v in values.items() if v is not None}
 
     def grad_accum_steps(self, world_size: int) -> int:
         """Micro-batches per optimizer step per process; raises if the batch does not divide."""
