@@ -302,7 +302,8 @@ class FitOptions:
         check_tokens: held-out calibration tokens on which the KL is measured before and
             after; the fit keeps the start if it did not lower the KL there.
         batch_windows: windows per step.
-        params: comma-separated subset of FIT_PARAMETERS.
+        params: what moves, a comma-separated subset of t (T), gain (the final-norm gain), bias
+            (the input bias) and z (the memory Z, retracted after each step).
         lr: Adam step size of X, the symmetric log-change of T
             (T = T0^{1/2} exp(X) T0^{1/2}: a scale-free, always-SPD parametrisation).
         gain_lr: Adam step size of the log-change of the gain and of the input bias
