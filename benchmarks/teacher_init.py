@@ -2,7 +2,10 @@
 
 Default: SmolLM2-135M (offline GGUF), measured on the first 2,048 tokens of the
 Gutenberg validation text; calibration windows (scale search, fit) drawn from the
-first 8 books of the Gutenberg training split (never the measured text).
+first 8 books of the Gutenberg training split (never the measured text). `--model`
+also takes any transformers folder (e.g. the GPT-2 of `benchmarks/second_teachers.py`)
+or a scratch-mode training run of our decoder (converted by
+`tying.teacher.step0.convert_interface_model`).
 
 Usage:
     python benchmarks/teacher_init.py [--model smollm2] [--tokens 2048] [--fit-tokens 16384]
@@ -20,6 +23,7 @@ import torch
 
 from tying.hf import load
 from tying.hf.calibrate import FitOptions
+from tying.loader import is_run_spec, load_any
 from tying.teacher.step0 import (
     VARIANTS,
     _text_tokenizer,
@@ -53,9 +57,14 @@ def main() -> None:
     from tying.data.corpus import default_train_source, default_validation_source
 
     t0 = time.perf_counter()
-    teacher, tokenizer = load(args.model, dtype=getattr(torch, args.dtype))
-    tok = _text_tokenizer(args.model, tokenizer)
-    V = int(teacher.get_input_embeddings().weight.shape[0])
+    if is_run_spec(args.model):  # our decoder: a scratch-mode training run
+        loaded = load_any(args.model)
+        teacher, tok = loaded.model.to(getattr(torch, args.dtype)), loaded.tokenizer
+        V = int(teacher.interface.vocab_size)
+    else:
+        teacher, tokenizer = load(args.model, dtype=getattr(torch, args.dtype))
+        tok = _text_tokenizer(args.model, tokenizer)
+        V = int(teacher.get_input_embeddings().weight.shape[0])
     fit = FitOptions(tokens=args.fit_tokens, params=args.fit_params)
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
     unknown = sorted(set(names) - set(VARIANTS))

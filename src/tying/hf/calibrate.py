@@ -15,6 +15,11 @@ is untouched. On token windows (inputs, targets) of calibration text:
   gain, with the trunk frozen (see `FitOptions`).
 
 Logits are formed chunk by chunk (`tying.interface.kl`); nothing holds N×V.
+
+Every function takes a transformers causal LM (through its `tying.hf.adapters` adapter, also
+inside an HFCausalLM or peft wrapper) or any `tying.interface.InterfaceModel` that is not
+one, such as our `tying.decoder.Decoder` (its `final_hidden`, `final_norm` and
+`interface`), so the step-0 table can be measured on both.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from torch import Tensor, nn
 
 from tying.hf.adapters import get_adapter
 from tying.hf.convert import _unwrap, interface_of
+from tying.interface.base import TokenInterface
 from tying.interface.kl import linear_kl_divergence
 from tying.interface.pit import PseudoInverseTying
 
@@ -80,15 +86,80 @@ class TeacherCapture:
         return head, rest
 
 
-def _trunk(model: nn.Module) -> Callable[[Tensor], Tensor]:
-    """ids (B, T) -> hidden states after the final norm (B, T, d) of a transformers causal LM."""
-    inner = _unwrap(model)
-    base = get_adapter(inner).base_model(inner)
+@dataclass
+class _Parts:
+    """What calibration reads and changes of a model, whatever its kind.
 
-    def run(ids: Tensor) -> Tensor:
+    Attributes:
+        inner: the model whose named parameters are changed (unwrapped).
+        trunk: ids (B, T) -> hidden states after the final norm (B, T, d).
+        head: hidden (..., d) -> logits (..., V) as the model computes them now.
+        head_weight: the head's weight (V, d) (`nn.Linear` layout), detached.
+        head_bias: its bias (V,) or None.
+        softcap: logit soft-capping c or None.
+        final_norm: the final norm module.
+        norm_gain_offset: the constant the stored norm weight is offset by (Gemma: 1).
+    """
+
+    inner: nn.Module
+    trunk: Callable[[Tensor], Tensor]
+    head: Callable[[Tensor], Tensor]
+    head_weight: Tensor
+    head_bias: Tensor | None
+    softcap: float | None
+    final_norm: nn.Module
+    norm_gain_offset: float
+
+    def interface(self) -> Any:
+        """The model's token interface (ValueError for an unconverted transformers model)."""
+        own = getattr(self.inner, "interface", None)
+        return own if isinstance(own, TokenInterface) else interface_of(self.inner)
+
+    def scale_final_norm_(self, factor: float) -> None:
+        """Multiply the final norm's output by `factor`: its gain (and a LayerNorm bias)."""
+        weight = getattr(self.final_norm, "weight", None)
+        if not isinstance(weight, Tensor):
+            raise ValueError(
+                f"the final norm {type(self.final_norm).__name__} has no gain to rescale; "
+                "convert without scale correction (input_scale='none')"
+            )
+        with torch.no_grad():
+            gain = (weight.to(torch.float64) + self.norm_gain_offset) * factor
+            weight.copy_((gain - self.norm_gain_offset).to(weight.dtype))
+            bias = getattr(self.final_norm, "bias", None)
+            if isinstance(bias, Tensor):
+                bias.mul_(factor)
+
+
+def _parts(model: nn.Module) -> _Parts:
+    """The `_Parts` of a transformers causal LM (by its adapter) or of an InterfaceModel."""
+    inner = _unwrap(model)
+    own = getattr(inner, "interface", None)
+    if isinstance(own, TokenInterface) and callable(getattr(inner, "final_hidden", None)):
+        head_weight = own.unembedding_matrix().detach()
+        bias = own.bias.detach() if own.bias is not None else None
+        return _Parts(
+            inner, inner.final_hidden, own.logits, head_weight, bias, None, inner.final_norm, 0.0
+        )
+    adapter = get_adapter(inner)
+    base = adapter.base_model(inner)
+    head = adapter.output_head(inner)
+    cap = adapter.logit_softcap(inner)
+
+    def trunk(ids: Tensor) -> Tensor:
         return base(input_ids=ids, use_cache=False).last_hidden_state
 
-    return run
+    bias = getattr(head, "bias", None)
+    return _Parts(
+        inner,
+        trunk,
+        lambda h: _softcapped(head(h), cap),
+        head.weight.detach(),
+        bias.detach() if isinstance(bias, Tensor) else None,
+        cap,
+        adapter.final_norm(inner),
+        adapter.norm_gain_offset,
+    )
 
 
 @torch.no_grad()
@@ -105,23 +176,20 @@ def capture_teacher(model: nn.Module, batches: Sequence[Batch]) -> TeacherCaptur
     batches = list(batches)
     if not batches:
         raise ValueError("no calibration windows: give at least one (inputs, targets) batch")
-    inner = _unwrap(model)
-    adapter = get_adapter(inner)
-    head = adapter.output_head(inner)
+    parts = _parts(model)
+    inner = parts.inner
     was_training = inner.training
     inner.eval()
     try:
-        run = _trunk(inner)
-        hidden = [run(x).float() for x, _ in batches]
+        hidden = [parts.trunk(x).float() for x, _ in batches]
     finally:
         inner.train(was_training)
-    bias = getattr(head, "bias", None)
     return TeacherCapture(
         batches=batches,
         hidden=hidden,
-        weight=head.weight.detach(),
-        bias=bias.detach() if isinstance(bias, Tensor) else None,
-        softcap=adapter.logit_softcap(inner),
+        weight=parts.head_weight,
+        bias=parts.head_bias,
+        softcap=parts.softcap,
     )
 
 
@@ -168,20 +236,15 @@ def step0_kl(model: nn.Module, capture: TeacherCapture) -> dict[str, float]:
     Returns:
         {"kl", "loss", "teacher_loss"} in nats/token (means over tokens) and "tokens".
     """
-    inner = _unwrap(model)
-    adapter = get_adapter(inner)
-    head_module = adapter.output_head(inner)
-    cap = adapter.logit_softcap(inner)
+    parts = _parts(model)
+    inner = parts.inner
     was_training = inner.training
     inner.eval()
-    run = _trunk(inner)
     kl = ce = t_ce = 0.0
     try:
         for (x, y), th in zip(capture.batches, capture.hidden, strict=True):
-            h = run(x)
-            k, c, tc = _kl_and_ce_sums(
-                h, lambda v: _softcapped(head_module(v), cap), th, capture, y
-            )
+            h = parts.trunk(x)
+            k, c, tc = _kl_and_ce_sums(h, parts.head, th, capture, y)
             kl, ce, t_ce = kl + k, ce + c, t_ce + tc
     finally:
         inner.train(was_training)
@@ -189,14 +252,23 @@ def step0_kl(model: nn.Module, capture: TeacherCapture) -> dict[str, float]:
     return {"kl": kl / n, "loss": ce / n, "teacher_loss": t_ce / n, "tokens": n}
 
 
+def scale_final_norm_(model: nn.Module, factor: float) -> None:
+    """Multiply the final norm's output of a model by `factor`, in place (gain, LayerNorm bias).
+
+    Raises:
+        ValueError: the final norm has no gain.
+    """
+    _parts(model).scale_final_norm_(factor)
+
+
 def _scale_pit_input_(model: nn.Module, factor: float) -> None:
     """E <- factor·E (input bias too), W_out <- W_out/factor, final-norm gain <- factor·gain."""
-    inner = _unwrap(model)
-    pit = interface_of(inner)
+    parts = _parts(model)
+    pit = parts.interface()
     if not isinstance(pit, PseudoInverseTying):
         raise ValueError("the input scale applies to PIT conversions only")
     pit.scale_input_(factor)
-    get_adapter(inner).scale_final_norm_(inner, factor)
+    parts.scale_final_norm_(factor)
 
 
 @dataclass
@@ -388,8 +460,8 @@ class _HeadFactors(nn.Module):
         self.model = model
 
     def forward(self, input_ids: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
-        hidden = _trunk(self.model)(input_ids)
-        return interface_of(self.model).head_factors(hidden)
+        parts = _parts(self.model)
+        return parts.interface().head_factors(parts.trunk(input_ids))
 
 
 def _spd_sqrt(T: Tensor) -> Tensor:
@@ -445,13 +517,14 @@ def fit_pit(
 
     options = options or FitOptions()
     t_start = time.perf_counter()
-    inner = _unwrap(model)
-    adapter = get_adapter(inner)
-    pit = interface_of(inner)
+    parts = _parts(model)
+    inner = parts.inner
+    pit = parts.interface()
     if not isinstance(pit, PseudoInverseTying):
         raise ValueError("fit_pit fits PIT conversions: convert the model with tie='pit' first")
     names = options.parameter_names()
-    norm = adapter.final_norm(inner)
+    norm = parts.final_norm
+    offset = parts.norm_gain_offset
     norm_weight = getattr(norm, "weight", None)
     norm_bias = getattr(norm, "bias", None)
     if "gain" in names and not isinstance(norm_weight, Tensor):
@@ -477,7 +550,7 @@ def fit_pit(
     start = {k: v.detach().clone() for k, v in pit.state_dict().items()}
     weight0 = norm_weight.detach().clone() if isinstance(norm_weight, Tensor) else None
     nbias0 = norm_bias.detach().clone() if isinstance(norm_bias, Tensor) else None
-    gain0 = weight0.to(work) + adapter.norm_gain_offset if weight0 is not None else None
+    gain0 = weight0.to(work) + offset if weight0 is not None else None
     rho = float(pit.embedding_matrix().detach().to(torch.float64).pow(2).mean().sqrt())
     z = pit.z
     z_param = nn.Parameter(z.detach().clone()) if "z" in names else None
@@ -495,9 +568,7 @@ def fit_pit(
             out[prefix + "l_param"] = _l_param_of(L, pit.diag_activation).to(pit.l_param.dtype)
         if "gain" in names:
             scale = torch.exp(gamma)
-            out[norm_prefix + "weight"] = (gain0 * scale - adapter.norm_gain_offset).to(
-                weight0.dtype
-            )
+            out[norm_prefix + "weight"] = (gain0 * scale - offset).to(weight0.dtype)
             if nbias0 is not None:
                 out[norm_prefix + "bias"] = (nbias0.to(work) * scale).to(nbias0.dtype)
         if "bias" in names:
@@ -651,6 +722,7 @@ __all__ = [
     "capture_teacher",
     "fit_pit",
     "least_squares_gain",
+    "scale_final_norm_",
     "search_input_scale",
     "step0_kl",
 ]

@@ -113,7 +113,8 @@ def conversion_table(
     """Loss and KL to the teacher at step 0 for each conversion in `variants`.
 
     Args:
-        teacher: an unconverted transformers causal LM (left unchanged).
+        teacher: an unconverted transformers causal LM, or an `InterfaceModel` such as our
+            decoder (converted by `convert_interface_model`); left unchanged.
         measure: held-out (inputs, targets) windows (B, T), targets shifted by one.
         calibration: windows for the options that search or fit (a variant that needs them
             is skipped without).
@@ -128,8 +129,12 @@ def conversion_table(
     """
     import time
 
+    from tying.hf.adapters import ADAPTERS
     from tying.hf.calibrate import capture_teacher
     from tying.hf.convert import convert
+
+    def is_transformers(model: nn.Module) -> bool:
+        return getattr(getattr(model, "config", None), "model_type", None) in ADAPTERS
 
     teacher.eval()
     measured = capture_teacher(teacher, measure)
@@ -146,19 +151,22 @@ def conversion_table(
         tie = kwargs.pop("tie")
         if captured is not None:  # used only by the conversions that ask for data
             kwargs.update(calibration=captured, fit_options=fit_options, progress=progress)
-        report = convert(model, tie, measure=measured, **kwargs)
-        step0 = report.step0 or {}
+        if is_transformers(model):
+            report = convert(model, tie, measure=measured, **kwargs).to_dict()
+        else:  # our decoder, or another InterfaceModel
+            report = convert_interface_model(model, tie, measure=measured, **kwargs)
+        step0 = report["step0"] or {}
         teacher_loss = step0.get("teacher_loss", teacher_loss)
         rows[name] = {
             "loss": step0.get("loss"),
             "ppl": math.exp(min(step0.get("loss", 0.0), 700)),
             "kl": step0.get("kl"),
             "options": options,
-            "input_scale": report.input_scale,
-            "gain_factor": report.gain_factor,
-            "scale_search": report.scale_search,
-            "fit": report.fit,
-            "notes": report.notes,
+            "input_scale": report["input_scale"],
+            "gain_factor": report["gain_factor"],
+            "scale_search": report["scale_search"],
+            "fit": report["fit"],
+            "notes": report["notes"],
             "elapsed_s": round(time.perf_counter() - t0, 2),
         }
         del model
@@ -172,6 +180,90 @@ def conversion_table(
         "calibration_tokens": captured.tokens if captured is not None else 0,
         "unit": "nats/token",
     }
+
+
+def convert_interface_model(
+    model: nn.Module,
+    tie: str = "pit",
+    *,
+    calibration: Any = None,
+    measure: Any = None,
+    fit_options: Any = None,
+    progress: bool = False,
+    **options: Any,
+) -> dict[str, Any]:
+    """`tying.hf.convert` for a model that is not a transformers one, such as our decoder.
+
+    Replaces, in place, `model.interface` (an `InterfaceModel`, e.g. a `tying.decoder.Decoder`
+    trained with any tie) by interface `tie` built from its current matrices
+    (`from_teacher_matrices`), then does what the conversion's settings ask, as
+    `tying.hf.convert` does: multiply the final-norm gain, search the input scale and fit on
+    the calibration windows (or capture), and measure the step-0 KL on `measure`.
+
+    Returns:
+        {"t_init", "centre", "input_scale", "gain_factor", "scale_search", "fit", "notes",
+         "step0"} (the ConversionReport fields the step-0 table reads).
+    """
+    from tying.hf.calibrate import (
+        FitOptions,
+        TeacherCapture,
+        capture_teacher,
+        fit_pit,
+        scale_final_norm_,
+        search_input_scale,
+        step0_kl,
+    )
+    from tying.hf.convert import SEARCH_TOKENS
+    from tying.interface import interface_class
+    from tying.interface.registry import check_options
+
+    cls = interface_class(tie)
+    options = {k: v for k, v in options.items() if v is not None}
+    check_options(tie, cls.from_teacher_matrices, options, "conversion")
+    old = model.interface
+    with torch.no_grad():
+        E0 = old.embedding_matrix().detach().clone()
+        U0 = E0 if old.shares_matrix else old.unembedding_matrix().detach().clone()
+    bias = old.bias.detach().clone() if old.bias is not None else None
+
+    def capture(windows: Any) -> TeacherCapture:
+        return windows if isinstance(windows, TeacherCapture) else capture_teacher(model, windows)
+
+    measured = capture(measure) if measure else None
+    built = cls.from_teacher_matrices(E0, U0, bias=bias, teacher_tied=old.shares_matrix, **options)
+    settings = built.settings
+    if settings.get("fit") and not calibration:
+        if settings["fit"] == "requested":
+            raise ValueError("t_init='fit' needs calibration windows")
+        settings["t_init"], settings["fit"] = settings["closed_form"], None
+    wants_data = settings.get("fit") or settings.get("search_input_scale")
+    captured = capture(calibration) if calibration and wants_data else None
+    model.interface = built.interface
+    out: dict[str, Any] = {
+        "t_init": settings.get("t_init"),
+        "centre": settings.get("centre"),
+        "input_scale": settings.get("input_scale"),
+        "gain_factor": settings.get("gain_factor"),
+        "scale_search": None,
+        "fit": None,
+        "notes": list(built.notes),
+        "step0": None,
+    }
+    gain = float(settings.get("gain_factor", 1.0))
+    if gain != 1.0:
+        scale_final_norm_(model, gain)
+    r0 = settings.get("input_scale")
+    if settings.get("search_input_scale") and r0 is not None and captured is not None:
+        search = search_input_scale(model, captured.subset(SEARCH_TOKENS))
+        out["input_scale"], out["gain_factor"] = r0 * search.best, gain * search.best
+        out["scale_search"] = {f"{r0 * f:.4g}": kl for f, kl in search.kl.items()}
+    if settings.get("fit") and captured is not None:
+        out["fit"] = fit_pit(
+            model, captured, fit_options or FitOptions(), progress=progress
+        ).to_dict()
+    if measured is not None:
+        out["step0"] = step0_kl(model, measured)
+    return out
 
 
 def _text_tokenizer(spec: str, tokenizer: Any) -> Any:
