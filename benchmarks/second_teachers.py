@@ -36,7 +36,7 @@ def train_decoder(out: Path, steps: int, batch_tokens: int) -> dict:
             "global_batch_tokens": batch_tokens,
             "micro_batch_size": batch_tokens // 256,
             "seq_len": 256,
-            "warmup_steps": 10,
+            "warmup_steps": 5,
             "eval_every": 0,
             "eval_tokens": 8192,
             "checkpoint_every": 0,
@@ -95,7 +95,7 @@ def train_gpt2(out: Path, steps: int, batch_tokens: int) -> dict:
             "micro_batch_size": batch_tokens // 256,
             "seq_len": 256,
             "lr": 2e-3,
-            "warmup_steps": 10,
+            "warmup_steps": 5,
             "weight_decay": 0.1,
             "eval_every": 0,
             "eval_tokens": 8192,
@@ -121,8 +121,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", default="runs/second")
-    parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--batch-tokens", type=int, default=2048)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--batch-tokens", type=int, default=1024)
     parser.add_argument("--only", choices=("decoder", "gpt2"), default=None)
     args = parser.parse_args()
     out = Path(args.out)

@@ -48,6 +48,7 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--fit-tokens", type=int, default=FitOptions().tokens)
     parser.add_argument("--fit-params", default=FitOptions().params)
+    parser.add_argument("--fit-check-tokens", type=int, default=FitOptions().check_tokens)
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     parser.add_argument(
@@ -65,7 +66,9 @@ def main() -> None:
         teacher, tokenizer = load(args.model, dtype=getattr(torch, args.dtype))
         tok = _text_tokenizer(args.model, tokenizer)
         V = int(teacher.get_input_embeddings().weight.shape[0])
-    fit = FitOptions(tokens=args.fit_tokens, params=args.fit_params)
+    fit = FitOptions(
+        tokens=args.fit_tokens, params=args.fit_params, check_tokens=args.fit_check_tokens
+    )
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
     unknown = sorted(set(names) - set(VARIANTS))
     if unknown:
@@ -100,9 +103,25 @@ def main() -> None:
         elapsed_s=round(time.perf_counter() - t0, 1),
     )
     print(json.dumps(table, indent=2))
+    print(markdown(table))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(table, indent=2) + "\n")
+
+
+def markdown(table: dict) -> str:
+    """The step-0 table as Markdown rows: variant | r | loss | KL (nats/token)."""
+    lines = [
+        "| conversion | input scale r | loss | KL from teacher |",
+        "|---|---:|---:|---:|",
+        f"| teacher | | {table['teacher']['loss']:.3f} | 0 |",
+    ]
+    for name, row in table["variants"].items():
+        r = row["input_scale"]
+        lines.append(
+            f"| {name} | {'' if r is None else f'{r:.3g}'} | {row['loss']:.3f} | {row['kl']:.3f} |"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

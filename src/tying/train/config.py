@@ -76,7 +76,7 @@ class TrainConfig:
     preset: str = "tiny"
     model: str | None = None
     tie: str = tie_field()
-    t_init: str | None = None
+    t_init: Literal["fit", "output", "input", "identity"] | None = None
     pit_centre: bool = True
     pit_input_scale: str = "auto"
     fit: FitOptions = field(default_factory=FitOptions)
