@@ -7,12 +7,14 @@
   with `tie=tt` (exact for a tied model) on the same data path, then exported back to a plain
   transformers folder (`tying export`).
 
-Both at the same budget (`--steps` × `--batch-tokens`); then measure each with
+Both at the same budget (`--steps` × `--batch-tokens`, by default 30 × 1,024 = 30,720
+tokens: the shared 2-core machine trained at ~65 tokens/s when these were made, so the
+teachers are barely past unigram statistics); then measure each with
 `benchmarks/teacher_init.py --model OUT/decoder` and `--model OUT/gpt2/plain`.
 
 Usage:
-    OMP_NUM_THREADS=1 python benchmarks/second_teachers.py [--out runs/second] [--steps 150]
-        [--batch-tokens 2048] [--only decoder|gpt2]
+    OMP_NUM_THREADS=1 python benchmarks/second_teachers.py [--out runs/second] [--steps 30]
+        [--batch-tokens 1024] [--only decoder|gpt2]
 """
 
 from __future__ import annotations
