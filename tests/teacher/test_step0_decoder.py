@@ -65,7 +65,9 @@ def test_search_and_fit_lower_the_kl_on_the_decoder() -> None:
     teacher = tt_decoder()
     measure, calibration = windows(4, 0), windows(40, 1)
     captured = capture_teacher(teacher, measure)
-    assert step0_kl(copy.deepcopy(teacher), captured)["kl"] == pytest.approx(0, abs=1e-6)  # float32 capture
+    assert step0_kl(copy.deepcopy(teacher), captured)["kl"] == pytest.approx(
+        0, abs=1e-6
+    )  # float32 capture
     table = conversion_table(
         teacher,
         measure,
