@@ -34,6 +34,10 @@ def test_convert_then_export_cli(tiny, tmp_path: Path, capsys: pytest.CaptureFix
                 "pit",
                 "--t-init",
                 "input",
+                "--input-scale",
+                "1",
+                "--step0-tokens",
+                "0",
                 "--trainable-z",
                 "--out",
                 str(tmp_path / "pit"),
@@ -47,6 +51,7 @@ def test_convert_then_export_cli(tiny, tmp_path: Path, capsys: pytest.CaptureFix
     n_tokens = len(AutoTokenizer.from_pretrained(tmp_path / "teacher"))
     assert n_tokens >= 480
     assert report["tie"] == "pit" and report["t_init"] == "input"
+    assert report["centre"] and report["input_scale"] == 1.0 and report["step0"] is None
     assert report["tokenizer_vocab"] == n_tokens and report["padded_rows"] == tiny.VOCAB - n_tokens
 
     assert _run(export_cmd, [str(tmp_path / "pit"), "--out", str(tmp_path / "plain")]) == 0
@@ -61,13 +66,30 @@ def test_convert_then_export_cli(tiny, tmp_path: Path, capsys: pytest.CaptureFix
     ids = tiny.ids()
     with torch.no_grad():
         assert tiny.rel(plain(ids).logits, converted(ids).logits) < 1e-4
-        # t_init="input" kept the teacher's embedding: the exported one equals it
+        # t_init="input" at scale 1 kept the teacher's embedding (the centred memory plus the
+        # mean row as input bias): the exported one equals it
         torch.testing.assert_close(
             plain.get_input_embeddings().weight,
             teacher.get_input_embeddings().weight,
             rtol=1e-5,
             atol=1e-6,
         )
+
+
+def test_convert_cli_fits_and_prints_the_step0_kl(
+    small_corpus, tiny_teacher, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    argv = [str(tiny_teacher), "--tie", "pit", "--calibration", str(small_corpus["train"])]
+    argv += ["--fit.tokens", "512"]
+    assert _run(convert_cmd, [*argv, "--step0-tokens", "512", "--out", str(tmp_path / "o")]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)["report"]
+    assert report["t_init"] == "fit" and report["fit"]["tokens"] == 512
+    assert report["scale_search"] and report["step0"]["tokens"] == 512
+    assert f"KL(teacher ‖ converted) = {report['step0']['kl']:.3f}" in captured.err
+    bad = [*argv, "--input-scale", "huge", "--out", str(tmp_path / "x")]
+    assert _run(convert_cmd, bad) == 2
+    assert "input_scale" in capsys.readouterr().err
 
 
 def test_cli_errors(tiny, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -41,8 +41,9 @@ def test_round_trip_is_exact(family: str, tie: str, tiny, tmp_path: Path) -> Non
     with safe_open(str(tmp_path / "model.safetensors"), framework="pt") as f:
         keys = set(f.keys())
     interface_keys = {k for k in keys if k.startswith("tying_interface.")}
-    if tie == "pit":  # only Z and L: no materialized E or W_out
-        assert interface_keys == {"tying_interface.z", "tying_interface.l_param"}
+    if tie == "pit":  # only Z and L (+ the centred memory's input bias): no materialized E or W_out
+        bias = {"tying_interface.input_bias"} if report.centre else set()
+        assert interface_keys == {"tying_interface.z", "tying_interface.l_param", *bias}
     else:
         assert interface_keys == {"tying_interface.weight"}
     assert not any(

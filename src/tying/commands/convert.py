@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,5 +18,14 @@ def run(args: argparse.Namespace) -> int:
     from tying.config import config_from_args
     from tying.teacher.conversion import ConvertOptions, convert_to_folder
 
-    print(json.dumps(convert_to_folder(config_from_args(ConvertOptions, args)), indent=2))
+    result = convert_to_folder(config_from_args(ConvertOptions, args))
+    step0 = result["report"].get("step0")
+    if step0:
+        print(
+            f"step 0: KL(teacher ‖ converted) = {step0['kl']:.3f} nats/token, loss "
+            f"{step0['loss']:.3f} (teacher {step0['teacher_loss']:.3f}) on {step0['tokens']} "
+            "held-out tokens",
+            file=sys.stderr,
+        )
+    print(json.dumps(result, indent=2))
     return 0

@@ -164,10 +164,14 @@ def build_document(report: dict[str, Any], out_dir: Path) -> Document:
     figures = out_dir / "figures"
     runs = report["runs"]
     cfg = report["config"]
+    if cfg.get("variants"):
+        columns = f"variants {_listing(cfg['variants'])}"
+    else:
+        columns = f"ties {_listing(cfg['ties'] or sorted({r['tie'] for r in runs}))}"
     doc = Document(
         report["name"],
         [
-            f"Grid: ties {_listing(cfg['ties'])} × modes {_listing(cfg['modes'])} × seeds "
+            f"Grid: {columns} × modes {_listing(cfg['modes'])} × seeds "
             f"{_listing(cfg['seeds'])}; every run trained for the same token budget. "
             f"Numbers: `report.json`; runs: `{out_dir / 'runs'}`."
         ],

@@ -104,6 +104,33 @@ class Adapter:
             return torch.ones(d, dtype=ref.dtype, device=ref.device)
         return weight.detach() + self.norm_gain_offset
 
+    def scale_final_norm_(self, model: nn.Module, factor: float) -> None:
+        """Multiply the final norm's output by `factor`, in place: gain (and LayerNorm bias).
+
+        norm(x) = gain ⊙ normalize(x) + β becomes factor · norm(x): the stored weight
+        becomes factor·gain − offset (Gemma stores gain − 1) and a bias β becomes factor·β.
+
+        Raises:
+            ValueError: the norm has no weight to scale (OLMo's parameter-free LayerNorm).
+        """
+        norm = self.final_norm(model)
+        weight = getattr(norm, "weight", None)
+        if not isinstance(weight, Tensor):
+            raise ValueError(
+                f"the final norm {type(norm).__name__} of this {self.family} model has no gain "
+                "to rescale; convert it without scale correction (input_scale=None)"
+            )
+        with torch.no_grad():
+            gain = (weight.to(torch.float64) + self.norm_gain_offset) * factor
+            weight.copy_((gain - self.norm_gain_offset).to(weight.dtype))
+            bias = getattr(norm, "bias", None)
+            if isinstance(bias, Tensor):
+                bias.mul_(factor)
+
+    def final_norm_parameters(self, model: nn.Module) -> list[nn.Parameter]:
+        """The final norm's own parameters (gain, and bias for LayerNorm); empty if parameter-free."""
+        return list(self.final_norm(model).parameters(recurse=False))
+
     # ------------------------------------------------------------ token interface
     def input_embedding(self, model: nn.Module) -> nn.Module:
         """The module the base model calls on input ids."""

@@ -13,12 +13,22 @@ tied teacher E0 and U0 are one tensor.
 - "untied": Untied(E0, U0): logits unchanged (a tied teacher gets two copies).
 - "tt": TransposeTying(E0) (or U0 with `source="output"`): unchanged logits
   for a tied teacher; an untied one loses the other matrix.
-- "pit": PseudoInverseTying.from_teacher(M, t_init) with M = U0 or E0 by
+- "pit": PseudoInverseTying.from_teacher_matrices with M = U0 or E0 by
   `source`. Since W_out·E = I_d, PIT keeps exactly one side of the teacher
   unless M has orthonormal columns: t_init="output" keeps the head
   (W_out = U0^T when M = U0), "input" keeps the embedding (E = E0 when M = E0),
-  "identity" takes Z = polar factor of M and T = I. By default M follows
-  t_init: U0 for "output", E0 for "input" and "identity".
+  "identity" takes Z = polar factor of M and T = I; "fit" (the default) starts
+  from "output" and fits T and the final-norm gain to the teacher on
+  calibration text (`tying.hf.calibrate.fit_pit`). Two options reduce the
+  damage and keep W_out·E = I exactly: the centred memory (Z from M − 1μ^T,
+  μ as input bias) and the scale correction (T/c with the final-norm gain ×c,
+  so the head is unchanged while E moves to the teacher's scale).
+
+What an interface's `TeacherConversion.settings` ask of the model is done
+here, whatever the interface: "gain_factor" (multiply the final-norm gain),
+"search_input_scale" (search the scale on calibration text), "fit" (fit on
+calibration text), and "centre" (rebuilt uncentred for a soft-capped head,
+where a common logit offset is not harmless).
 
 transformers 5 ties `lm_head.weight` to the embedding by parameter name
 (`_tied_weights_keys`, applied when `config.tie_word_embeddings` is true, in
@@ -32,6 +42,7 @@ which would swap in a plain `nn.Embedding`, raises instead.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -42,10 +53,20 @@ from tying.hf.modules import INTERFACE_ATTR, InterfaceEmbedding, InterfaceHead
 from tying.hf.state import CONFIG_KEY, interface_record
 from tying.interface import TokenInterface, interface_class, tie_of
 from tying.interface.base import SOURCES
-from tying.interface.pit import DEFAULT_T_INIT
+from tying.interface.pit import CLOSED_FORM_T_INIT, DEFAULT_T_INIT, PIT_INITS
 from tying.interface.registry import check_options
 
-__all__ = ["DEFAULT_T_INIT", "SOURCES", "ConversionReport", "convert", "install_interface"]
+__all__ = [
+    "CLOSED_FORM_T_INIT",
+    "DEFAULT_T_INIT",
+    "PIT_INITS",
+    "SOURCES",
+    "ConversionReport",
+    "convert",
+    "install_interface",
+]
+#: Calibration tokens (the first windows) on which input_scale="auto" is searched.
+SEARCH_TOKENS = 1024
 #: Attribute of a converted model holding its ConversionReport.
 REPORT_ATTR = "tying_report"
 
@@ -73,6 +94,12 @@ class ConversionReport:
         logit_softcap: soft-capping applied after the head, or None.
         dtype: dtype of the interface's tensors.
         notes: human-readable remarks (e.g. what an untied teacher loses under TT).
+        centre: PIT: whether Z was built from the centred teacher (input bias).
+        input_scale: PIT: the relative input scale r applied (None: no scale correction).
+        gain_factor: the factor the final-norm gain was multiplied by (1.0: untouched).
+        scale_search: PIT with input_scale="auto": {r: KL} measured on calibration text.
+        fit: PIT with t_init="fit": the fit's summary (`tying.hf.calibrate.FitReport`).
+        step0: KL(teacher ‖ converted) and losses at step 0, when measured.
     """
 
     model_type: str
@@ -91,6 +118,12 @@ class ConversionReport:
     logit_softcap: float | None
     dtype: str
     notes: list[str] = field(default_factory=list)
+    centre: bool | None = None
+    input_scale: float | None = None
+    gain_factor: float | None = None
+    scale_search: dict[str, float] | None = None
+    fit: dict[str, Any] | None = None
+    step0: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict of the fields."""
@@ -193,12 +226,47 @@ def _resize_unsupported(*args: Any, **kwargs: Any) -> None:
     )
 
 
+def _finish_conversion(
+    model: nn.Module,
+    adapter: Adapter,
+    report: ConversionReport,
+    settings: dict[str, Any],
+    captured: Any,
+    fit_options: Any,
+    progress: bool,
+) -> None:
+    """After installing the interface: what its settings ask (gain, scale search, fit)."""
+    if "gain_factor" not in settings:
+        return
+    gain_factor = float(settings["gain_factor"])
+    if gain_factor != 1.0:
+        adapter.scale_final_norm_(model, gain_factor)
+    report.gain_factor = gain_factor
+    r0 = settings.get("input_scale")
+    if settings.get("search_input_scale") and r0 is not None and captured is not None:
+        from tying.hf.calibrate import search_input_scale
+
+        search = search_input_scale(model, captured.subset(SEARCH_TOKENS))
+        report.input_scale = r0 * search.best
+        report.gain_factor = gain_factor * search.best
+        report.scale_search = {f"{r0 * f:.4g}": kl for f, kl in search.kl.items()}
+    if settings.get("fit") and captured is not None:
+        from tying.hf.calibrate import FitOptions, fit_pit
+
+        result = fit_pit(model, captured, fit_options or FitOptions(), progress=progress)
+        report.fit = result.to_dict()
+
+
 def convert(
     model: nn.Module,
     tie: str = "pit",
     *,
     source: str | None = None,
     tokenizer: Any = None,
+    calibration: Sequence[tuple[Tensor, Tensor]] | Any = None,
+    measure: Sequence[tuple[Tensor, Tensor]] | Any = None,
+    fit_options: Any = None,
+    progress: bool = False,
     **interface_options: Any,
 ) -> ConversionReport:
     """Replace, in place, the embedding and head of a transformers causal LM by a token interface.
@@ -209,15 +277,27 @@ def convert(
         tie: a registered interface name ("untied", "tt", "pit").
         source: TT/PIT only: the teacher matrix the interface is built from,
             "input" (E0) or "output" (U0). Default: "input" for TT; for PIT
-            "output" when t_init="output", else "input". Irrelevant for tied teachers.
+            "output" when t_init is "output" or "fit", else "input". Irrelevant for tied
+            teachers.
         tokenizer: optional tokenizer; len(tokenizer) is checked against the
             embedding rows and padded rows are reported.
+        calibration: (inputs, targets) windows (B, T) of calibration text, their
+            `tying.hf.calibrate.TeacherCapture` (taken on this model before conversion), or a
+            function `tokens -> windows` called only when the conversion asks for data (PIT:
+            input_scale="auto" searches on the first 1,024 tokens, t_init="fit" fits on
+            `fit_options.tokens + check_tokens`). Without them PIT's default t_init falls
+            back to CLOSED_FORM_T_INIT; an explicit t_init="fit" raises.
+        measure: optional held-out windows (or their capture); the step-0
+            KL(teacher ‖ converted) on them goes into the report (`report.step0`).
+        fit_options: `tying.hf.calibrate.FitOptions` for t_init="fit" (default: its defaults).
+        progress: show progress bars (scale search, fit).
         interface_options: the interface's conversion options, the keywords of its
-            `from_teacher_matrices` (PIT: t_init ("output" keeps the teacher's head, "input"
-            its embedding, "identity" T = I; default `DEFAULT_T_INIT`), trainable_z,
-            diag_activation, diag_clamp, retraction_eps, rank_rtol, loss_chunk_size; TT:
-            input_grad_scale, loss_chunk_size; untied: loss_chunk_size); one that does not
-            apply raises ValueError.
+            `from_teacher_matrices` (PIT: t_init (one of PIT_INITS, default
+            `DEFAULT_T_INIT`), centre (default True), input_scale (r > 0, "auto" or
+            "none"; default "auto"), trainable_z, diag_activation, diag_clamp,
+            retraction_eps, rank_rtol, loss_chunk_size; TT: input_grad_scale,
+            loss_chunk_size; untied: loss_chunk_size); one that does not apply raises
+            ValueError.
 
     Returns:
         The ConversionReport (also kept as `model.tying_report` and, as a dict,
@@ -225,8 +305,8 @@ def convert(
 
     Raises:
         ValueError: unsupported architecture, model already converted, bad
-            option, a tokenizer larger than the embedding, or (PIT) a
-            rank-deficient teacher matrix.
+            option, a tokenizer larger than the embedding, t_init="fit" without
+            calibration windows, or (PIT) a rank-deficient teacher matrix.
     """
     cls = interface_class(tie)
     adapter = get_adapter(model)
@@ -259,18 +339,72 @@ def convert(
                 "tokenizer; they are kept so every model id stays valid"
             )
 
-    built = cls.from_teacher_matrices(
-        E0, U0, bias=bias, teacher_tied=bool(teacher_tied), source=source, **options
-    )
+    def build() -> Any:
+        return cls.from_teacher_matrices(
+            E0, U0, bias=bias, teacher_tied=bool(teacher_tied), source=source, **options
+        )
+
+    built = build()
+    settings = built.settings
+    if settings.get("centre") and adapter.logit_softcap(model) is not None:
+        options["centre"] = False
+        built = build()
+        settings = built.settings
+        notes.append(
+            "soft-capped logits: the centred memory shifts every logit of a position by "
+            "the same amount, which tanh soft-capping does not ignore; built uncentred"
+        )
+    if settings.get("gain_factor", 1.0) != 1.0 and not adapter.final_norm_parameters(model):
+        if not settings.get("search_input_scale"):
+            raise ValueError(
+                f"input_scale={options.get('input_scale')!r} needs a final-norm gain to keep the "
+                f"head, and this {adapter.family} model's final norm has none: use "
+                "input_scale='none'"
+            )
+        options["input_scale"] = "none"
+        built = build()
+        settings = built.settings
+        notes.append("the final norm has no gain: no scale correction (input_scale='none')")
+    if callable(calibration):
+        if settings.get("fit"):
+            from tying.hf.calibrate import FitOptions
+
+            fit = fit_options or FitOptions()
+            calibration = calibration(fit.tokens + fit.check_tokens)
+        elif settings.get("search_input_scale"):
+            calibration = calibration(SEARCH_TOKENS)
+        else:
+            calibration = None
+    if settings.get("fit") and not calibration:
+        if settings["fit"] == "requested":
+            raise ValueError(
+                "t_init='fit' fits T to the teacher on calibration text: pass calibration="
+                "[(inputs, targets), ...] windows (tying convert and tying train do), or "
+                f"choose a closed form from {PIT_INITS[:-1]}"
+            )
+        settings["t_init"], settings["fit"] = settings["closed_form"], None
     interface, used = built.interface, built.used
     notes += built.notes
     zero_rows = int((used == 0).all(dim=1).sum()) if used.numel() else 0
+
+    wants_data = settings.get("fit") or settings.get("search_input_scale")
+    captured = measured = None
+    if (calibration and wants_data) or measure:
+        from tying.hf.calibrate import TeacherCapture, capture_teacher
+
+        def captured_of(windows: Any) -> TeacherCapture:
+            return (
+                windows if isinstance(windows, TeacherCapture) else capture_teacher(model, windows)
+            )
+
+        captured = captured_of(calibration) if calibration and wants_data else None
+        measured = captured_of(measure) if measure else None
 
     report = ConversionReport(
         model_type=model.config.model_type,
         family=adapter.family,
         tie=tie_of(interface),
-        t_init=built.settings.get("t_init"),
+        t_init=settings.get("t_init"),
         source=built.source,
         teacher_tied=bool(teacher_tied),
         vocab_rows=int(V),
@@ -283,8 +417,15 @@ def convert(
         logit_softcap=adapter.logit_softcap(model),
         dtype=str(interface.embedding_matrix().dtype).removeprefix("torch."),
         notes=notes,
+        centre=settings.get("centre"),
+        input_scale=settings.get("input_scale"),
     )
     install_interface(model, interface, adapter, embed_scale)
+    _finish_conversion(model, adapter, report, settings, captured, fit_options, progress)
+    if measured is not None:
+        from tying.hf.calibrate import step0_kl
+
+        report.step0 = step0_kl(model, measured)
     record = interface_record(interface, embed_scale)
     record["report"] = report.to_dict()
     setattr(model.config, CONFIG_KEY, record)

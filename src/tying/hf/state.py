@@ -8,7 +8,8 @@ A converted model's `config.tying` is a JSON-able dict:
 
 `interface_record` writes the interface part of it; `empty_interface` builds
 an interface of the recorded type and shapes whose `load_state_dict` then
-restores the saved tensors exactly (for PIT only `z` and `l_param`, + `bias`).
+restores the saved tensors exactly (for PIT only `z` and `l_param`, + `bias`, + `input_bias`
+when its options record `centred`).
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def empty_interface(record: dict[str, Any], dtype: torch.dtype = torch.float32) 
     if tie not in ties():
         raise ValueError(f"config.{CONFIG_KEY}['tie'] must be one of {ties()}, got {tie!r}")
     options = dict(record.get("options", {}))
+    if record.get("input_bias"):  # records written by the teacher branch before `centred`
+        options.setdefault("centred", True)
     return interface_class(tie).placeholder(
         V, d, dtype=dtype, bias=bool(record.get("bias")), **options
     )

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tying.interface.kl import linear_distillation_loss, linear_kl_divergence
 from tying.interface.loss import linear_cross_entropy
 
 #: Called as hook(side, name, grad) with side "input" (the lookup) or "output" (the head),
@@ -378,6 +379,86 @@ class TokenInterface(nn.Module, ABC):
             self._output_bias(),
             ignore_index=ignore_index,
             reduction=reduction,
+            chunk_size=self.loss_chunk_size,
+        )
+
+    def head_factors(self, hidden: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        """(x, W, b) with logits(hidden) = x W^T + b: x (..., d), W (V, d), b (V,) or None."""
+        self._check_hidden(hidden)
+        return self._head_input(hidden), self._head_weight(), self._output_bias()
+
+    def kl_from(
+        self,
+        hidden: Tensor,
+        teacher: TokenInterface,
+        teacher_hidden: Tensor,
+        *,
+        temperature: float = 1.0,
+        valid: Tensor | None = None,
+    ) -> Tensor:
+        """Mean KL(teacher_τ ‖ self_τ) over tokens (nats), chunked (`linear_kl_divergence`).
+
+        Args:
+            hidden: this model's final hidden states, (N, d) or (..., d).
+            teacher: the teacher's interface (same V; gets no gradient).
+            teacher_hidden: the teacher's final hidden states for the same tokens.
+            temperature: τ of both softmaxes.
+            valid: optional (N,) bool mask of the tokens that count.
+        """
+        x, W, b = self.head_factors(hidden)
+        with torch.no_grad():
+            tx, tW, tb = teacher.head_factors(teacher_hidden)
+        return linear_kl_divergence(
+            x,
+            W,
+            tx,
+            tW,
+            b,
+            tb,
+            temperature=temperature,
+            valid=valid,
+            chunk_size=self.loss_chunk_size,
+        )
+
+    def distillation_loss(
+        self,
+        hidden: Tensor,
+        targets: Tensor,
+        teacher: TokenInterface,
+        teacher_hidden: Tensor,
+        *,
+        alpha: float,
+        temperature: float = 1.0,
+        ignore_index: int = -100,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """(loss, CE, KL): loss = (1 − α)·CE + α·τ²·KL(teacher_τ ‖ self_τ), chunked, in nats.
+
+        Only `loss` carries a gradient (to this interface and `hidden`); see
+        `tying.interface.kl.linear_distillation_loss`.
+
+        Args:
+            hidden: final hidden states, (N, d) or (..., d).
+            targets: next-token ids for the same tokens, `ignore_index` skipped.
+            teacher: the teacher's interface (same V; gets no gradient).
+            teacher_hidden: the teacher's final hidden states for the same tokens.
+            alpha: weight α of the KL term, in [0, 1].
+            temperature: τ > 0.
+            ignore_index: target value skipped by both terms.
+        """
+        x, W, b = self.head_factors(hidden)
+        with torch.no_grad():
+            tx, tW, tb = teacher.head_factors(teacher_hidden)
+        return linear_distillation_loss(
+            x,
+            W,
+            tx,
+            tW,
+            targets,
+            b,
+            tb,
+            alpha=alpha,
+            temperature=temperature,
+            ignore_index=ignore_index,
             chunk_size=self.loss_chunk_size,
         )
 

@@ -9,18 +9,28 @@ From "Rethinking Weight Tying: Pseudo-Inverse Tying" (§4, Appendix A):
 - E = Z T^{-1} and W_out = T Z^T, so W_out E = T Z^T Z T^{-1} = I_d exactly:
   the output map is the pseudo-inverse of the input map, for every L.
 
+Optional input bias (centred memory): with Z^T 1 = 0 (every column of Z sums
+to zero) a constant row b (d,) can be added to every input vector,
+E = Z T^{-1} + 1 b^T, and still W_out E = I_d + T Z^T 1 b^T = I_d exactly. A
+teacher's mean embedding row is such a common offset (on a tied head it adds
+the same logit to every token); `from_teacher(..., centre=True)` builds Z from
+the centred teacher and carries the mean row as b. The retraction then keeps
+Z^T 1 = 0 (it projects the columns onto 1^⊥ before orthonormalising).
+
 Nothing V×d is formed beyond Z itself: logits(h) = ((h L) L^T) Z^T and
 embed(ids) = Z[ids] T^{-1} by two triangular solves on the rows looked up,
 in float32 (float64 for float64 inputs) whatever the autocast dtype.
 
-State: only `z` (V×d) and `l_param` (d×d: strictly-lower part = L's
-off-diagonal, diagonal = ρ, the pre-activation of L's diagonal; the upper
-triangle is unused and stays zero). E and W_out are rebuilt from them.
+State: `z` (V×d), `l_param` (d×d: strictly-lower part = L's off-diagonal,
+diagonal = ρ, the pre-activation of L's diagonal; the upper triangle is unused
+and stays zero) and, when centred, `input_bias` (d,). E and W_out are rebuilt
+from them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -36,10 +46,24 @@ from tying.interface.linalg import (
     polar_retraction,
 )
 
+#: The closed-form initialisations of T from a teacher (`from_teacher`, `teacher_factors`).
 T_INITS = ("identity", "output", "input")
-#: t_init of a conversion when none is given: "output" keeps the teacher's head (its logits).
-DEFAULT_T_INIT = "output"
+#: Initialisations of a conversion (`from_teacher_matrices`): the closed forms, and "fit"
+#: (the closed form CLOSED_FORM_T_INIT, then T and the final-norm gain fitted to the teacher
+#: on calibration text by the caller, `tying.hf.calibrate.fit_pit`).
+PIT_INITS = (*T_INITS, "fit")
+#: t_init of a conversion when none is given: "fit" measured best (docs/teacher.md); a caller
+#: without calibration text falls back to CLOSED_FORM_T_INIT (with the centred memory and the
+#: scale correction, the best closed form).
+DEFAULT_T_INIT = "fit"
+#: The closed form used without calibration text, and as the start of "fit".
+CLOSED_FORM_T_INIT = "output"
+#: Values of `input_scale` besides a positive number: "auto" (searched on calibration text by the
+#: caller; r = 1 without it) and "none" (no scale correction).
+INPUT_SCALE_MODES = ("auto", "none")
 DIAG_ACTIVATIONS = ("exp", "softplus")
+#: Exponent p of T = H^p / c for each closed-form t_init (H = polar factor of the teacher).
+T_INIT_POWER = {"identity": 0, "output": 1, "input": -1}
 
 
 def _activation_inverse(values: Tensor, activation: str) -> Tensor:
@@ -64,6 +88,9 @@ class PseudoInverseTying(TokenInterface):
         loss_chunk_size: tokens per chunk in `loss`.
         ortho_atol: tolerance of the check max|Z^T Z − I| ≤ ortho_atol.
         retraction_eps: ridge in the polar retraction Z (Z^T Z + eps I)^{-1/2}.
+        input_bias: optional constant row b (d,) added to every input vector
+            (E = Z T^{-1} + 1 b^T), trained with the interface. Needs Z^T 1 = 0
+            (checked: max|Z^T 1| / sqrt(V) ≤ ortho_atol), which the retraction keeps.
     """
 
     tie = "pit"
@@ -74,6 +101,8 @@ class PseudoInverseTying(TokenInterface):
         "pit_diag_activation": "diag_activation",
         "pit_diag_clamp": "diag_clamp",
         "t_init": "t_init",
+        "pit_centre": "centre",
+        "pit_input_scale": "input_scale",
     }
 
     def __init__(
@@ -88,6 +117,7 @@ class PseudoInverseTying(TokenInterface):
         loss_chunk_size: int | None = None,
         ortho_atol: float = 1e-4,
         retraction_eps: float = 0.0,
+        input_bias: Tensor | None = None,
     ) -> None:
         check_finite_matrix(Z, "Z")
         check_finite_matrix(L, "L")
@@ -124,6 +154,18 @@ class PseudoInverseTying(TokenInterface):
             raise ValueError(
                 f"L must have a positive diagonal; smallest entry is {diag.min().item():.3e}"
             )
+        if input_bias is not None:
+            if input_bias.shape != (d,):
+                raise ValueError(
+                    f"input_bias must have shape (d,) = ({d},), got {tuple(input_bias.shape)}"
+                )
+            col_sums = Z.to(torch.float64).sum(dim=0).abs().max() / V**0.5
+            if col_sums > ortho_atol:
+                raise ValueError(
+                    f"an input bias needs a centred memory (Z^T 1 = 0), but max|Z^T 1|/sqrt(V) = "
+                    f"{col_sums.item():.2e} > {ortho_atol:.0e}; build Z from the centred teacher "
+                    "(PseudoInverseTying.from_teacher(E0, centre=True))"
+                )
         super().__init__(V, d, bias, loss_chunk_size)
         self.diag_activation = diag_activation
         self.diag_clamp = tuple(diag_clamp) if diag_clamp is not None else None
@@ -137,6 +179,12 @@ class PseudoInverseTying(TokenInterface):
         l_param = torch.tril(L.detach(), diagonal=-1).clone()
         l_param.diagonal().copy_(rho)
         self.l_param = nn.Parameter(l_param)
+        if input_bias is not None:
+            self.input_bias: nn.Parameter | None = nn.Parameter(
+                input_bias.detach().to(Z.dtype).clone(memory_format=torch.contiguous_format)
+            )
+        else:
+            self.register_parameter("input_bias", None)
 
     # ---------------------------------------------------------- constructors
     @classmethod
@@ -175,11 +223,19 @@ class PseudoInverseTying(TokenInterface):
     def placeholder(
         cls, vocab_size: int, d_model: int, *, dtype: torch.dtype, bias: bool, **options: Any
     ) -> PseudoInverseTying:
-        """Z = the first d columns of the identity, L = I (valid, cheap)."""
+        """Z = the first d columns of the identity, L = I (valid, cheap).
+
+        With `centred=True` (in `options`, as `options()` records it) Z has columns summing
+        to zero (`centred_placeholder`) and the interface an input bias (zeros).
+        """
         if options.get("diag_clamp") is not None:
             options["diag_clamp"] = tuple(options["diag_clamp"])
         b = torch.zeros(vocab_size, dtype=dtype) if bias else None
-        Z = torch.eye(vocab_size, d_model, dtype=dtype)
+        if options.pop("centred", False):
+            Z = centred_placeholder(vocab_size, d_model, dtype)
+            options["input_bias"] = torch.zeros(d_model, dtype=dtype)
+        else:
+            Z = torch.eye(vocab_size, d_model, dtype=dtype)
         return cls(Z, torch.eye(d_model, dtype=dtype), bias=b, **options)
 
     @classmethod
@@ -192,6 +248,8 @@ class PseudoInverseTying(TokenInterface):
         teacher_tied: bool,
         source: str | None = None,
         t_init: str | None = None,
+        centre: bool = True,
+        input_scale: float | str = "auto",
         rank_rtol: float | None = None,
         trainable_z: bool = False,
         diag_activation: str = "exp",
@@ -199,28 +257,59 @@ class PseudoInverseTying(TokenInterface):
         retraction_eps: float = 0.0,
         loss_chunk_size: int | None = None,
     ) -> TeacherConversion:
-        """`from_teacher(M, t_init)` with M = U0 or E0 by `source`.
+        """PIT from M = U0 or E0 (by `source`) through `teacher_factors`.
 
-        Built in float32 (float64 for a float64 M), then cast to M's dtype. Since W_out·E = I_d,
-        PIT keeps exactly one side of the teacher unless M has orthonormal columns:
-        t_init="output" keeps the head (W_out = U0^T when M = U0), "input" keeps the embedding
-        (E = E0 when M = E0), "identity" takes Z = the polar factor of M and T = I. By default
-        M follows t_init: U0 for "output", E0 for "input" and "identity".
+        Built in float64 factors, stored in float32 (float64 for a float64 M), then cast to
+        M's dtype. Since W_out·E = I_d, PIT keeps exactly one side of the teacher unless M has
+        orthonormal columns: t_init="output" keeps the head (W_out = U0^T when M = U0),
+        "input" keeps the embedding (E = E0 when M = E0), "identity" takes Z = the polar
+        factor of M and T = I; "fit" builds CLOSED_FORM_T_INIT and asks the caller to fit T
+        and the final-norm gain on calibration text. By default M follows the closed form:
+        U0 for "output" and "fit", E0 for "input" and "identity".
+
+        Two options reduce the damage and keep W_out·E = I exactly: `centre` (Z from
+        M − 1μ^T, μ as input bias) and the scale correction `input_scale` (T/c, so E sits at
+        r times the teacher's scale; the caller multiplies the final-norm gain by
+        `settings["gain_factor"]`, which for "output" keeps the head exactly).
+
+        Args:
+            E0, U0, bias, teacher_tied, source: see `TokenInterface.from_teacher_matrices`.
+            t_init: one of PIT_INITS, or None for DEFAULT_T_INIT.
+            centre: centred memory with the mean row as input bias.
+            input_scale: r > 0 (E at r times the teacher's scale), "auto" (r = 1 here; the
+                caller may search it on calibration text) or "none" (T exactly H^p, gain 1).
+            rank_rtol: rank threshold of `tying.interface.linalg.polar`.
+            trainable_z, diag_activation, diag_clamp, retraction_eps, loss_chunk_size: the
+                constructor's.
+
+        Returns:
+            The conversion; its `settings` hold what a caller acts on: "t_init" (as asked, or
+            the default), "closed_form" (what was built), "centre", "input_scale" (r, or None
+            without correction), "gain_factor" (multiply the final-norm gain by it),
+            "search_input_scale" (input_scale was "auto") and "fit" (None, "requested" when
+            t_init="fit" was asked for, "default" when it is only the default: a caller
+            without calibration text then keeps the closed form).
         """
         if source is not None and source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES} or None, got {source!r}")
+        fit = None if t_init is None else ("requested" if t_init == "fit" else None)
         t_init = t_init or DEFAULT_T_INIT
-        if t_init not in T_INITS:
-            raise ValueError(f"t_init must be one of {T_INITS}, got {t_init!r}")
-        source = source or ("output" if t_init == "output" else "input")
+        if t_init not in PIT_INITS:
+            raise ValueError(f"t_init must be one of {PIT_INITS}, got {t_init!r}")
+        if t_init == "fit":
+            fit = fit or "default"
+        closed = CLOSED_FORM_T_INIT if t_init == "fit" else t_init
+        scale = parse_input_scale(input_scale)
+        r0 = None if scale == "none" else (1.0 if scale == "auto" else float(scale))
+        source = source or ("output" if closed == "output" else "input")
         M = E0 if source == "input" else U0
         work = torch.float64 if M.dtype == torch.float64 else torch.float32
-        pit = cls.from_teacher(
-            M.to(work),
-            t_init,
-            dtype=work,
-            rank_rtol=rank_rtol,
+        factors = teacher_factors(M, closed, centre=centre, input_scale=r0, rank_rtol=rank_rtol)
+        pit = cls(
+            factors.Z.to(work),
+            factors.L.to(work),
             bias=None if bias is None else bias.to(work),
+            input_bias=None if factors.input_bias is None else factors.input_bias.to(work),
             trainable_z=trainable_z,
             diag_activation=diag_activation,
             diag_clamp=diag_clamp,
@@ -233,7 +322,16 @@ class PseudoInverseTying(TokenInterface):
                 f"Z is stored in {M.dtype}: its columns are orthonormal only to that precision; "
                 "load the model in float32 to convert exactly"
             )
-        return TeacherConversion(pit, source, M, notes, {"t_init": t_init})
+        settings = {
+            "t_init": t_init,
+            "closed_form": closed,
+            "centre": bool(centre),
+            "input_scale": r0,
+            "gain_factor": factors.gain_factor if r0 is not None else 1.0,
+            "search_input_scale": scale == "auto",
+            "fit": fit,
+        }
+        return TeacherConversion(pit, source, M, notes, settings)
 
     @classmethod
     def count_parameters(cls, vocab_size: int, d_model: int) -> int:
@@ -252,6 +350,7 @@ class PseudoInverseTying(TokenInterface):
             "diag_activation": self.diag_activation,
             "diag_clamp": list(self.diag_clamp) if self.diag_clamp else None,
             "retraction_eps": self.retraction_eps,
+            "centred": self.centred,
         }
 
     def gradient_splits(self) -> list[GradientSplit]:
@@ -275,6 +374,8 @@ class PseudoInverseTying(TokenInterface):
         *,
         dtype: torch.dtype = torch.float32,
         rank_rtol: float | None = None,
+        centre: bool = False,
+        input_scale: float | None = None,
         **options,
     ) -> PseudoInverseTying:
         """PIT from a pretrained embedding E0 (V×d) via its polar decomposition E0 = U H (float64).
@@ -284,25 +385,23 @@ class PseudoInverseTying(TokenInterface):
             "output":   T = H, so W_out = H U^T = E0^T: the teacher's (tied) head is kept exactly;
             "input":    T = H^{-1}, so E = U H = E0: the teacher's embedding is kept exactly.
         Both cannot hold unless E0 has orthonormal columns, since W_out E = I_d.
+        With `centre` the polar decomposition is that of E0 − 1μ^T (μ the mean row) and
+        μ becomes the input bias; with `input_scale` T is divided by the constant c of
+        `teacher_factors` (the head changes by 1/c: a caller that keeps the head multiplies
+        the final-norm gain by `teacher_factors(...).gain_factor`, as `tying.hf.convert` does).
 
         Args:
             E0: teacher embedding, (V, d), finite, full column rank, V >= d.
             t_init: "identity", "output" or "input".
             dtype: dtype of the stored Z and L.
             rank_rtol: rank threshold of `tying.interface.linalg.polar`.
+            centre: build Z from the centred teacher and add its mean row as input bias.
+            input_scale: r of `teacher_factors` (None: T exactly as listed above).
             options: constructor keyword arguments (trainable_z, bias, ...).
         """
-        if t_init not in T_INITS:
-            raise ValueError(f"t_init must be one of {T_INITS}, got {t_init!r}")
-        p = polar(E0, rank_rtol=rank_rtol)
-        d = E0.shape[1]
-        if t_init == "identity":
-            L = torch.eye(d, dtype=torch.float64)
-        elif t_init == "output":
-            L = cholesky_lower(p.H)
-        else:
-            L = cholesky_lower(torch.linalg.inv(p.H))
-        return cls(p.U.to(dtype), L.to(dtype), **options)
+        f = teacher_factors(E0, t_init, centre=centre, input_scale=input_scale, rank_rtol=rank_rtol)
+        bias = None if f.input_bias is None else f.input_bias.to(dtype)
+        return cls(f.Z.to(dtype), f.L.to(dtype), input_bias=bias, **options)
 
     # ---------------------------------------------------------- factors
     @property
@@ -346,14 +445,21 @@ class PseudoInverseTying(TokenInterface):
         return X
 
     # ---------------------------------------------------------- the interface
+    @property
+    def centred(self) -> bool:
+        """Whether the interface has an input bias (and so keeps Z^T 1 = 0)."""
+        return self.input_bias is not None
+
     def embed(self, input_ids: Tensor) -> Tensor:
-        """Z[ids] T^{-1}: (...) int -> (..., d), solving only for the distinct ids present."""
+        """Z[ids] T^{-1} (+ b): (...) int -> (..., d), solving only for the distinct ids present."""
         self._check_ids(input_ids)
         flat = input_ids.reshape(-1)
         unique_ids, inverse = torch.unique(flat, return_inverse=True)
         z = self._on_side("input", "z", self.z)
         L = self.cholesky_factor(self._on_side("input", "l_param", self.l_param))
         X = self._apply_inverse_transform(z[unique_ids], L)
+        if self.input_bias is not None:
+            X = X + self._on_side("input", "input_bias", self.input_bias).to(X.dtype)
         out = X[inverse].to(self.z.dtype)
         return out.reshape(*input_ids.shape, self.d_model)
 
@@ -365,16 +471,27 @@ class PseudoInverseTying(TokenInterface):
         return self._on_side("output", "z", self.z)
 
     def embedding_matrix(self) -> Tensor:
-        """E = Z T^{-1}, (V, d), by triangular solves on all rows."""
-        return self._apply_inverse_transform(self.z, self.cholesky_factor()).to(self.z.dtype)
+        """E = Z T^{-1} (+ 1 b^T with an input bias), (V, d): the rows the model reads.
+
+        Built by triangular solves on all rows; W_out E = I_d holds for this matrix.
+        """
+        E = self._apply_inverse_transform(self.z, self.cholesky_factor())
+        if self.input_bias is not None:
+            E = E + self.input_bias.to(E.dtype)
+        return E.to(self.z.dtype)
 
     @torch.no_grad()
     def analysis_matrices(self) -> tuple[Tensor, Tensor]:
-        """(E, U) computed in float64 on the CPU (W_out·E = I to float64 rounding)."""
+        """(E, U) computed in float64 on the CPU (W_out·E = I to float64 rounding).
+
+        E is the rows the model reads, input bias included (W_out·1b^T = 0 for a centred Z).
+        """
         Z = self.z.detach().cpu().to(torch.float64)
         L = self.cholesky_factor(self.l_param.detach().cpu().to(torch.float64))
         Y = torch.linalg.solve_triangular(L.T, Z, upper=True, left=False)
         E = torch.linalg.solve_triangular(L, Y, upper=False, left=False)
+        if self.input_bias is not None:
+            E = E + self.input_bias.detach().cpu().to(torch.float64)
         return E, (Z @ L) @ L.T
 
     def unembedding_matrix(self) -> Tensor:
@@ -383,15 +500,25 @@ class PseudoInverseTying(TokenInterface):
         return (self.z @ L) @ L.T
 
     def num_parameters(self) -> int:
-        """V·d (Z) + d(d+1)/2 (the free entries of L) + V if there is an output bias."""
+        """V·d (Z) + d(d+1)/2 (the free entries of L) + V (output bias) + d (input bias), if any."""
         bias = self.vocab_size if self.bias is not None else 0
-        return self.count_parameters(self.vocab_size, self.d_model) + bias
+        input_bias = self.d_model if self.input_bias is not None else 0
+        return self.count_parameters(self.vocab_size, self.d_model) + bias + input_bias
 
     # ---------------------------------------------------------- training helpers
     @torch.no_grad()
     def retract_(self) -> None:
-        """Polar retraction onto the Stiefel manifold: Z <- Z (Z^T Z + eps I)^{-1/2}."""
-        self.z.copy_(polar_retraction(self.z, self.retraction_eps))
+        """Polar retraction onto the Stiefel manifold: Z <- Z (Z^T Z + eps I)^{-1/2}.
+
+        With an input bias the columns are first projected onto 1^⊥ (Z <- Z − 1 (1^T Z)/V),
+        so the retracted Z keeps Z^T 1 = 0 (right-multiplication keeps columns in 1^⊥).
+        """
+        z = self.z
+        if self.input_bias is not None:
+            work = torch.float64 if z.dtype == torch.float64 else torch.float32
+            z = z.to(work)
+            z = z - z.mean(dim=0, keepdim=True)
+        self.z.copy_(polar_retraction(z, self.retraction_eps).to(self.z.dtype))
 
     def attach_retraction(self, optimizer: torch.optim.Optimizer) -> Callable[[], None]:
         """Run `retract_()` after every `optimizer.step()`; returns a function that detaches it.
@@ -404,6 +531,25 @@ class PseudoInverseTying(TokenInterface):
             raise ValueError("Z is frozen (trainable_z=False): there is nothing to retract")
         handle = optimizer.register_step_post_hook(lambda *_: self.retract_())
         return handle.remove
+
+    @torch.no_grad()
+    def scale_input_(self, factor: float) -> None:
+        """Multiply E (its rows and the input bias) by `factor` > 0 and W_out by 1/factor, in place.
+
+        T <- T / factor: L <- L / sqrt(factor) (ρ shifts by −log(factor)/2 under "exp").
+        W_out E = I_d is unchanged; a caller that keeps the head multiplies the final-norm
+        gain by `factor`.
+        """
+        if not factor > 0:
+            raise ValueError(f"the input scale factor must be > 0, got {factor}")
+        L = self.cholesky_factor() / factor**0.5
+        diag = torch.diagonal(L).to(torch.float64)
+        self.l_param.copy_(torch.tril(L, diagonal=-1))
+        self.l_param.diagonal().copy_(
+            _activation_inverse(diag, self.diag_activation).to(self.l_param.dtype)
+        )
+        if self.input_bias is not None:
+            self.input_bias.mul_(factor)
 
     def log_det_t(self) -> Tensor:
         """log det T = 2 Σ_i log L_ii (scalar, differentiable), a regularizer to add to the loss."""
@@ -418,4 +564,149 @@ class PseudoInverseTying(TokenInterface):
         return (
             super().extra_repr()
             + f", trainable_z={self.trainable_z}, diag_activation={self.diag_activation!r}{clamp}"
+            + f", input_bias={self.input_bias is not None}"
         )
+
+
+@dataclass(frozen=True)
+class TeacherFactors:
+    """A PIT interface for a teacher embedding E0 (V×d), in float64 (see `teacher_factors`).
+
+    Attributes:
+        Z: (V, d), orthonormal columns: the polar factor U of E0 (of E0 − 1μ^T when centred).
+        L: (d, d), lower Cholesky factor of T = H^p / c.
+        input_bias: (d,) r·μ when centred (μ = mean row of E0), else None.
+        input_scale: c, the constant T was divided by (E is multiplied by c, W_out by 1/c).
+        relative_scale: r, the median over the polar eigendirections of σ_i(E) / σ_i(teacher).
+        gain_factor: m, the factor by which a final-norm gain must be multiplied so that the
+            head's median eigenvalue ratio to the teacher's tied head H U^T is 1
+            (m = c / median σ^{p-1}; for "output" m = c: the head is kept exactly).
+        singular_values: (d,) singular values of the (centred) teacher, descending.
+        mean_row: (d,) μ (zeros when not centred).
+    """
+
+    Z: Tensor
+    L: Tensor
+    input_bias: Tensor | None
+    input_scale: float
+    relative_scale: float
+    gain_factor: float
+    singular_values: Tensor
+    mean_row: Tensor
+
+
+def teacher_factors(
+    E0: Tensor,
+    t_init: str = "output",
+    *,
+    centre: bool = False,
+    input_scale: float | None = None,
+    rank_rtol: float | None = None,
+) -> TeacherFactors:
+    """Z, L (and input bias) of a PIT built from a teacher embedding, in float64.
+
+    With M = E0 (or E0 − 1μ^T when `centre`), M = U H its polar decomposition
+    and σ_i its singular values (H = B diag(σ) B^T), Z = U and
+    T = H^p / c with p = 1 ("output"), 0 ("identity") or −1 ("input"). Then
+    E = Z T^{-1} has singular values c σ_i^{-p} along the same directions as M,
+    a ratio ρ_i = c σ_i^{-p-1} to the teacher's; r = median_i ρ_i.
+
+    - input_scale=None: c = 1 (T exactly H^p), r follows from it.
+    - input_scale=r > 0: c = r / median_i σ_i^{-p-1}, so E sits at r times the
+      teacher's scale in the bulk of the spectrum ("output": c = r s², s the
+      median σ; the teacher's rows are matched where σ_i ≈ s).
+
+    The input bias is r·μ, the mean row at the same relative scale. Because
+    Z^T 1 = 0 for a centred memory, W_out (Z T^{-1} + 1 b^T) = I_d stays exact.
+
+    Args:
+        E0: teacher embedding (V, d), finite, full column rank, V > d.
+        t_init: "identity", "output" or "input".
+        centre: centre E0 and return its mean row as input bias.
+        input_scale: r (see above) or None.
+        rank_rtol: rank threshold of `tying.interface.linalg.polar`.
+
+    Raises:
+        ValueError: unknown t_init, input_scale <= 0, or a rank-deficient (centred) E0.
+    """
+    if t_init not in T_INIT_POWER:
+        raise ValueError(f"t_init must be one of {T_INITS}, got {t_init!r}")
+    if input_scale is not None and not input_scale > 0:
+        raise ValueError(f"input_scale must be a positive number or None, got {input_scale!r}")
+    check_finite_matrix(E0, "the teacher embedding")
+    M = E0.detach().to(torch.float64)
+    V, d = M.shape
+    mu = M.mean(dim=0) if centre else torch.zeros(d, dtype=torch.float64)
+    if centre:
+        if V <= d:
+            raise ValueError(
+                f"a centred memory needs V > d (Z^T 1 = 0 leaves V - 1 dimensions), got V={V}, d={d}"
+            )
+        M = M - mu
+    p = polar(M, rank_rtol=rank_rtol if rank_rtol is not None else _default_rtol(E0))
+    power = T_INIT_POWER[t_init]
+    sigma = p.singular_values
+    bulk_in = float(sigma.pow(-power - 1).median())
+    c = 1.0 if input_scale is None else float(input_scale) / bulk_in
+    r = c * bulk_in
+    evals, evecs = torch.linalg.eigh(p.H)
+    evals = evals.clamp_min(torch.finfo(torch.float64).tiny)
+    T = (evecs * (evals.pow(power) / c)) @ evecs.T
+    L = cholesky_lower(T)
+    gain_factor = c / float(sigma.pow(power - 1).median())
+    U = p.U
+    if centre:
+        # Z^T 1 = H^{-1} M^T 1 = 0 in exact arithmetic; remove the rounding residue.
+        U = U - U.mean(dim=0, keepdim=True)
+        U = polar_retraction(U)
+    return TeacherFactors(
+        Z=U,
+        L=L,
+        input_bias=r * mu if centre else None,
+        input_scale=c,
+        relative_scale=r,
+        gain_factor=gain_factor,
+        singular_values=sigma,
+        mean_row=mu,
+    )
+
+
+def _default_rtol(E0: Tensor) -> float:
+    """The rank threshold of `polar` for the dtype E0 was stored in."""
+    return E0.shape[1] * torch.finfo(E0.dtype).eps
+
+
+def parse_input_scale(value: float | str | None) -> float | str:
+    """`input_scale` as "auto", "none" or a positive float (None reads as "none").
+
+    Raises:
+        ValueError: anything else, with the accepted values.
+    """
+    if value is None:
+        return "none"
+    bad = f"input_scale must be a positive number, 'auto' or 'none', got {value!r}"
+    if isinstance(value, str):
+        if value in INPUT_SCALE_MODES:
+            return value
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(bad) from None
+    if isinstance(value, bool) or not float(value) > 0:
+        raise ValueError(bad)
+    return float(value)
+
+
+def centred_placeholder(V: int, d: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """A (V, d) matrix with orthonormal columns that each sum to zero (V > d): Helmert columns.
+
+    Column j is (1, ..., 1, −(j+1), 0, ...) / sqrt((j+1)(j+2)) with j+1 leading ones.
+    """
+    if V <= d:
+        raise ValueError(f"a centred memory needs V > d, got V={V}, d={d}")
+    j = torch.arange(d, dtype=torch.float64)
+    rows = torch.arange(V, dtype=torch.float64).unsqueeze(1)
+    norm = ((j + 1) * (j + 2)).rsqrt()
+    Z = torch.where(rows <= j, norm, torch.zeros(()))
+    Z = torch.where(rows == j + 1, -(j + 1) * norm, Z)
+    return Z.to(dtype)

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from tying.config import ConfigError
-from tying.data.batches import WindowSampler
+from tying.data.batches import WindowSampler, eval_batches
 from tying.data.corpus import default_train_source, default_validation_source
 from tying.data.shards import TokenStore, ensure_shards, open_shards
 from tying.data.tokenizer import TextTokenizer, load_tokenizer
@@ -43,17 +43,43 @@ class TrainingSetup:
     make_tracker: Callable[[Any], Any]
 
 
-def build_model(cfg: TrainConfig, vocab_size: int) -> nn.Module:
+def build_model(
+    cfg: TrainConfig,
+    vocab_size: int,
+    *,
+    calibration: Callable[[int], list[tuple[torch.Tensor, torch.Tensor]]] | None = None,
+    measure: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+) -> nn.Module:
     """The model of a run: a decoder preset (scratch) or a converted HF model (teacher).
 
     The interface's own options come from the config keys its class names in
     `config_options` (`TrainConfig.interface_fields`), whatever the interface.
+
+    Args:
+        cfg: the run's configuration.
+        vocab_size: V of the tokenizer (scratch mode).
+        calibration: teacher mode: a function `tokens -> windows` of calibration text, called
+            when the conversion asks for data (PIT's input-scale search and fit). Without it
+            the model gets the same structure from the closed form (for a checkpoint's
+            weights to be loaded into).
+        measure: teacher mode: windows on which the step-0 KL is measured (report.step0).
     """
     fields = cfg.interface_fields()
     if cfg.model is not None:
         hf_model, _ = load(cfg.model)
         mapping = interface_class(cfg.tie).config_options
-        convert(hf_model, tie=cfg.tie, **{mapping[k]: v for k, v in fields.items()})
+        options = {mapping[k]: v for k, v in fields.items()}
+        if calibration is None and options.get("t_init") == "fit":
+            del options["t_init"]  # the default: its closed form without data, same structure
+        convert(
+            hf_model,
+            tie=cfg.tie,
+            calibration=calibration,
+            measure=measure,
+            fit_options=cfg.fit,
+            progress=cfg.progress,
+            **options,
+        )
         return HFCausalLM(hf_model)
     model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
     model_cfg = preset_config(
@@ -96,24 +122,64 @@ def _shards(
     return folder
 
 
-def build_setup(cfg: TrainConfig, info: DistInfo) -> TrainingSetup:
-    """Tokenizer, shards, sampler and model of a run (deterministic given cfg.seed)."""
+def calibration_windows(
+    store: TokenStore, seq_len: int, tokens: int, seed: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Single-window batches (1, L) of `store`, in a shuffled order of its own seed, ≥ `tokens`."""
+    sampler = WindowSampler(store, seq_len, 1, seed=seed)
+    count = -(-tokens // seq_len)
+    return [sampler.next_batch() for _ in range(count)]
+
+
+def _teacher_mode_windows(
+    cfg: TrainConfig, store: TokenStore, val_store: TokenStore | None
+) -> tuple[Callable[[int], list] | None, list | None]:
+    """(calibration, measure) for converting a teacher: calibration windows on demand."""
+
+    def calibration(tokens: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return calibration_windows(store, cfg.seq_len, tokens, seed=cfg.seed + 1)
+
+    measure = None
+    if cfg.step0_tokens > 0 and val_store is not None:
+        measure = list(
+            eval_batches(val_store, cfg.seq_len, cfg.micro_batch_size, max_tokens=cfg.step0_tokens)
+        )
+    return calibration, measure
+
+
+def build_setup(cfg: TrainConfig, info: DistInfo, *, calibrate: bool = True) -> TrainingSetup:
+    """Tokenizer, shards, sampler and model of a run (deterministic given cfg.seed).
+
+    Args:
+        cfg: the run's configuration.
+        info: this process's place in the process group.
+        calibrate: teacher mode: measure and repair the conversion on data (scale search,
+            fit, step-0 KL). False when the weights come from a checkpoint anyway.
+    """
     tokenizer = load_tokenizer(cfg.model if cfg.model is not None else cfg.tokenizer)
-    model = build_model(cfg, tokenizer.vocab_size)
-    vocab = model.interface.vocab_size
-    check_vocabulary(tokenizer.vocab_size, vocab, tokenizer.name)
     source = cfg.data if cfg.data is not None else default_train_source()
     train_folder = _shards(source, tokenizer, info, cfg.max_documents, cfg.progress)
-    store = open_shards(train_folder, expected_vocab_size=vocab, allow_padded_vocab=True)
-    micro = cfg.micro_batch_size
-    sampler = WindowSampler(
-        store, cfg.seq_len, micro, seed=cfg.seed, rank=info.rank, world_size=info.world_size
-    )
     val_store = None
     val_source = cfg.val_data if cfg.val_data is not None else default_validation_source()
     if val_source != "":
         val_folder = _shards(val_source, tokenizer, info, None, cfg.progress)
-        val_store = open_shards(val_folder, expected_vocab_size=vocab, allow_padded_vocab=True)
+        val_store = open_shards(val_folder, allow_padded_vocab=True)
+    store = open_shards(train_folder, allow_padded_vocab=True)
+    calibration = measure = None
+    if cfg.model is not None and calibrate:
+        calibration, measure = _teacher_mode_windows(cfg, store, val_store)
+    model = build_model(cfg, tokenizer.vocab_size, calibration=calibration, measure=measure)
+    vocab = model.interface.vocab_size
+    check_vocabulary(tokenizer.vocab_size, vocab, tokenizer.name)
+    store = open_shards(train_folder, expected_vocab_size=vocab, allow_padded_vocab=True)
+    if val_store is not None:
+        val_store = open_shards(
+            val_store.folder, expected_vocab_size=vocab, allow_padded_vocab=True
+        )
+    micro = cfg.micro_batch_size
+    sampler = WindowSampler(
+        store, cfg.seq_len, micro, seed=cfg.seed, rank=info.rank, world_size=info.world_size
+    )
     return TrainingSetup(
         model=model,
         tokenizer=tokenizer,

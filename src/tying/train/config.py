@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tying.config import ConfigError, renamed, tie_field
+from tying.hf.calibrate import FitOptions
 from tying.interface import check_tie, interface_class
 from tying.interface.registry import check_interface_options
+from tying.train.distill import DistillConfig
 
 
 @dataclass
@@ -19,8 +21,18 @@ class TrainConfig:
         model: teacher mode: the pretrained model to convert and continue (smollm2, a .gguf, a
             transformers folder or a hub id); null trains `preset` from scratch.
         tie: token interface: untied, tt (W_out = E^T) or pit (pseudo-inverse tying).
-        t_init: teacher-mode PIT: how T is initialised (identity, output, input; null = the
-            conversion default).
+        t_init: teacher-mode PIT: how T is initialised (fit, output, input, identity; null =
+            the conversion default, fit: T and the final-norm gain fitted to the teacher on
+            calibration windows drawn from the training data with seed + 1).
+        pit_centre: teacher-mode PIT: build Z from the centred teacher, its mean row an input
+            bias.
+        pit_input_scale: teacher-mode PIT scale correction: auto (searched on calibration
+            windows), none, or a number r (E at r times the teacher's scale).
+        fit: teacher-mode PIT, t_init=fit: fit.tokens (calibration tokens), fit.params (what
+            moves: a subset of t,gain,bias,z), step sizes.
+        step0_tokens: teacher mode: validation tokens on which the step-0 KL(teacher ‖
+            converted) is measured, written to conversion.json and a step-0 metrics row (0 =
+            not measured).
         pit_trainable_z: PIT: train the memory Z (with a Stiefel retraction after each step);
             null = trained from scratch, frozen in teacher mode.
         pit_diag_activation: PIT: exp or softplus, the map from parameters to L's diagonal.
@@ -56,12 +68,19 @@ class TrainConfig:
         track_gradient_paths: log the input/output split of the interface gradient.
         tensorboard: also write TensorBoard event files.
         progress: show a progress bar.
+        distill: distillation from a frozen teacher: distill.teacher (null = off, initial =
+            the model before conversion, or a model spec), distill.alpha, distill.temperature;
+            loss = (1 − α)·CE + α·τ²·KL(teacher_τ ‖ student_τ), logged as loss, ce and kl.
     """
 
     preset: str = "tiny"
     model: str | None = None
     tie: str = tie_field()
-    t_init: str | None = None
+    t_init: Literal["fit", "output", "input", "identity"] | None = None
+    pit_centre: bool = True
+    pit_input_scale: str = "auto"
+    fit: FitOptions = field(default_factory=FitOptions)
+    step0_tokens: int = 2048
     pit_trainable_z: bool | None = None
     pit_diag_activation: Literal["exp", "softplus"] = "exp"
     input_grad_scale: float = 1.0
@@ -98,6 +117,8 @@ class TrainConfig:
     track_gradient_paths: bool = False
     tensorboard: bool = True
     progress: bool = True
+
+    distill: DistillConfig = field(default_factory=DistillConfig)
 
     def __post_init__(self) -> None:
         try:

@@ -2,7 +2,8 @@
 
 setup      -> process group, run folder, config.yaml, resume point
 data       -> tokenizer, token shards (cached), window sampler, validation store
-model      -> decoder preset (scratch) or converted Hugging Face model (teacher)
+model      -> decoder preset (scratch) or converted Hugging Face model (teacher),
+              wrapped with a frozen teacher when the run distills (`distill` section)
 optimizer  -> AdamW (+ PIT retraction hook), warm-up + cosine learning rate
 loop       -> micro-batches (gradient accumulation), clipping, step, metrics,
               validation, checkpoints; a non-finite loss stops the run before
@@ -24,10 +25,17 @@ import torch
 from torch import nn
 
 from tying.config import ConfigError, from_dict, save_config, to_dict
-from tying.devices import autocast_for
+from tying.devices import autocast_for, resolve_precision
 from tying.train import checkpoint as ckpt
 from tying.train.build import TrainingSetup, build_setup
 from tying.train.config import TrainConfig
+from tying.train.distill import (
+    DistillationObjective,
+    add_student_prefix,
+    load_teacher,
+    rename_optimizer_state,
+    strip_student_prefix,
+)
 from tying.train.distributed import (
     DistInfo,
     all_reduce_mean,
@@ -103,6 +111,7 @@ MODEL_KEYS = (
     "model",
     "tie",
     "t_init",
+    "pit_centre",
     "trainable_z",
     "pit_diag_activation",
     "input_grad_scale",
@@ -158,21 +167,32 @@ def _resume_point(cfg: TrainConfig, log: Any) -> Path | None:
     return found
 
 
+def _distilling(model: nn.Module) -> bool:
+    return isinstance(model, DistillationObjective)
+
+
 def _model_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Full (unsharded) model state on CPU; a collective under FSDP."""
+    """Full (unsharded) model state on CPU; a collective under FSDP.
+
+    Under distillation, the student's state alone, with its own parameter names.
+    """
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(
+    state = get_model_state_dict(
         model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
     )
+    return strip_student_prefix(state) if _distilling(model) else state
 
 
 def _optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-    return get_optimizer_state_dict(
+    state = get_optimizer_state_dict(
         model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
     )
+    if _distilling(model):
+        state = rename_optimizer_state(state, lambda n: n.removeprefix("student."))
+    return state
 
 
 def _load_states(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> dict[str, Any]:
@@ -183,11 +203,39 @@ def _load_states(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path)
     )
 
     model_state, optim_state, trainer_state = ckpt.load_checkpoint(path)
+    if _distilling(model):
+        model_state = add_student_prefix(model_state)
+        optim_state = rename_optimizer_state(optim_state, lambda n: "student." + n)
     options = StateDictOptions(full_state_dict=True)
     set_model_state_dict(model, model_state, options=options)
     set_optimizer_state_dict(model, optimizer, optim_state, options=options)
     ckpt.restore_rng(path)
     return trainer_state
+
+
+def _record_conversion(model: nn.Module, run_dir: Path, logger: MetricsLogger) -> None:
+    """Teacher mode: conversion.json (the ConversionReport) and a step-0 row with its KL."""
+    import json
+
+    hf_model = getattr(model, "hf_model", None)
+    if hf_model is None:
+        return
+    from tying.hf import conversion_report
+
+    report = conversion_report(hf_model)
+    if report is None:
+        return
+    (run_dir / "conversion.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    if report.step0 is not None:
+        logger.log(
+            {
+                "step": 0,
+                "tokens": 0,
+                "step0_kl": report.step0["kl"],
+                "step0_loss": report.step0["loss"],
+                "step0_teacher_loss": report.step0["teacher_loss"],
+            }
+        )
 
 
 def train(cfg: TrainConfig, setup: TrainingSetup | None = None) -> TrainResult:
@@ -222,7 +270,7 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
         if info.device.type == "cuda":
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=True)
-    setup = setup or build_setup(cfg, info)
+    setup = setup or build_setup(cfg, info, calibrate=resume_from is None)
     if info.is_main:  # written only now: the data, tokenizer and model were built without error
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir / "config.yaml")
@@ -230,8 +278,19 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
     interface = unwrap(model).interface
     sampler = setup.sampler
 
+    objective: nn.Module = model
+    if cfg.distill.enabled:
+        teacher = load_teacher(cfg.distill, cfg.model).to(info.device)
+        objective = DistillationObjective(
+            model,
+            teacher,
+            cfg.distill.alpha,
+            cfg.distill.temperature,
+            teacher_autocast=resolve_precision(cfg.precision, info.device) == "bf16",
+        )
+
     # ------------------------------------------------------------------ optimizer
-    wrapped = wrap_model(model, info, cfg.distributed)
+    wrapped = wrap_model(objective, info, cfg.distributed)
     optimizer = torch.optim.AdamW(
         param_groups(unwrap(wrapped), cfg.weight_decay),
         lr=cfg.lr,
@@ -259,6 +318,8 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
         else None
     )
     tracker = setup.make_tracker(interface) if cfg.track_gradient_paths else None
+    if logger is not None and resume_from is None:
+        _record_conversion(model, run_dir, logger)
 
     def save(step: int) -> None:
         model_state = _model_state(unwrap(wrapped))
@@ -333,6 +394,7 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
             if tracker is not None:
                 tracker.start_step()
             loss_sum = torch.zeros((), device=info.device)
+            parts_sum = torch.zeros(2, device=info.device)
             for micro in range(accum):
                 inputs, targets = sampler.next_batch()
                 inputs, targets = inputs.to(info.device), targets.to(info.device)
@@ -341,10 +403,20 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
                     nullcontext() if sync else wrapped.no_sync(),
                     autocast_context(cfg, info.device),
                 ):
-                    loss = step_model(inputs, targets)
+                    out = step_model(inputs, targets)
+                if cfg.distill.enabled:
+                    loss, ce, kl = out
+                    parts_sum += torch.stack([ce.detach().float(), kl.detach().float()])
+                else:
+                    loss = out
                 (loss / accum).backward()
                 loss_sum += loss.detach().float()
             step_loss = float(all_reduce_mean(loss_sum / accum, info))
+            if cfg.distill.enabled:
+                ce_mean, kl_mean = all_reduce_mean(parts_sum / accum, info).tolist()
+                extra_parts = {"ce": ce_mean, "kl": kl_mean}
+            else:
+                extra_parts = {}
             if not math.isfinite(step_loss):
                 optimizer.zero_grad(set_to_none=True)
                 last, _ = ckpt.latest_good_checkpoint(run_dir)
@@ -379,6 +451,7 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
                         "grad_norm": grad_norm,
                         "tokens_per_s": cfg.global_batch_tokens / dt,
                         "elapsed_s": elapsed_before + time.perf_counter() - t_start,
+                        **extra_parts,
                         **extra,
                     }
                 )
