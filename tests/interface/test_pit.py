@@ -232,3 +232,55 @@ def test_logits_match_cross_entropy_gradients_against_tt_formula() -> None:
     targets = torch.randint(0, 60, (20,))
     expected = F.cross_entropy(E[ids] @ U.T, targets)
     torch.testing.assert_close(pit.loss(pit.embed(ids), targets), expected)
+
+
+# ----------------------------------------------------------------------------- T's initial scale
+
+
+def test_scratch_t_scale_divides_e_and_multiplies_w_out() -> None:
+    g = torch.Generator().manual_seed(4)
+    base = PseudoInverseTying.scratch(300, 16, generator=g, dtype=torch.float64)
+    g = torch.Generator().manual_seed(4)
+    c = 0.25
+    pit = PseudoInverseTying.scratch(300, 16, generator=g, dtype=torch.float64, t_scale=c)
+    assert torch.equal(pit.z, base.z)
+    torch.testing.assert_close(pit.transform(), c * torch.eye(16, dtype=torch.float64))
+    torch.testing.assert_close(pit.embedding_matrix(), base.z / c)
+    torch.testing.assert_close(pit.unembedding_matrix(), base.z * c)
+    W_out, E = pit.unembedding_matrix().T, pit.embedding_matrix()
+    torch.testing.assert_close(W_out @ E, torch.eye(16, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("activation", ["exp", "softplus"])
+def test_scale_transform_multiplies_t(activation: str) -> None:
+    pit = random_pit(200, 8, dtype=torch.float64, diag_activation=activation)
+    T = pit.transform()
+    E = pit.embedding_matrix()
+    pit.scale_transform_(3.0)
+    torch.testing.assert_close(pit.transform(), 3.0 * T)
+    torch.testing.assert_close(pit.embedding_matrix(), E / 3.0)
+    W_out = pit.unembedding_matrix().T
+    torch.testing.assert_close(W_out @ pit.embedding_matrix(), torch.eye(8, dtype=torch.float64))
+
+
+def test_scale_transform_checks_scale_and_clamp() -> None:
+    pit = PseudoInverseTying.scratch(50, 4, diag_clamp=(0.5, 2.0))
+    with pytest.raises(ValueError, match="positive finite"):
+        pit.scale_transform_(0.0)
+    with pytest.raises(ValueError, match="diag_clamp"):
+        pit.scale_transform_(16.0)  # L's diagonal would be 4 > 2
+    with pytest.raises(ValueError, match="t_scale must be a positive"):
+        PseudoInverseTying.scratch(50, 4, t_scale=-1.0)
+
+
+def test_scratch_t_scale_matches_the_target_row_norm() -> None:
+    from tying.interface.pit import scratch_t_scale
+
+    V, d, target = 4096, 64, 0.02 * 64**0.5
+    c = scratch_t_scale(V, d, target)
+    assert c == pytest.approx((d / V) ** 0.5 / target)
+    pit = PseudoInverseTying.scratch(V, d, generator=torch.Generator().manual_seed(0), t_scale=c)
+    mean_norm = pit.embedding_matrix().norm(dim=1).mean().item()
+    assert mean_norm == pytest.approx(target, rel=0.01)
+    with pytest.raises(ValueError, match="row_norm"):
+        scratch_t_scale(V, d, 0.0)

@@ -20,6 +20,7 @@ triangle is unused and stays zero). E and W_out are rebuilt from them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -45,6 +46,31 @@ def _activation_inverse(values: Tensor, activation: str) -> Tensor:
         return values.log()
     # softplus^{-1}(y) = y + log(1 - exp(-y)), stable for large y.
     return values + torch.log(-torch.expm1(-values))
+
+
+def _check_t_scale(t_scale: float) -> None:
+    if not (isinstance(t_scale, (int, float)) and math.isfinite(t_scale) and t_scale > 0):
+        raise ValueError(
+            f"t_scale must be a positive finite number (T = t_scale·I), got {t_scale!r}"
+        )
+
+
+def scratch_t_scale(vocab_size: int, d_model: int, row_norm: float) -> float:
+    """c such that the scratch E = Z / c has mean row norm `row_norm` (on average over Z's draw).
+
+    A Haar-random Z (V×d, orthonormal columns) has rows z_v with E‖z_v‖² = d/V exactly, and
+    ‖z_v‖ concentrates at √(d/V) for V ≫ d, so c = √(d/V) / row_norm. Matching untied/TT
+    initial rows, N(0, init_std²) entries of mean norm about init_std·√d, gives
+    c = 1 / (init_std·√V): 0.223 for V = 50,257 and init_std = 0.02.
+
+    Args:
+        vocab_size: V.
+        d_model: d.
+        row_norm: target mean row norm of E (same units as the entries of E), > 0.
+    """
+    if not (math.isfinite(row_norm) and row_norm > 0):
+        raise ValueError(f"row_norm must be a positive finite number, got {row_norm!r}")
+    return math.sqrt(d_model / vocab_size) / row_norm
 
 
 class PseudoInverseTying(TokenInterface):
@@ -133,14 +159,28 @@ class PseudoInverseTying(TokenInterface):
         d_model: int,
         generator: torch.Generator | None = None,
         dtype: torch.dtype = torch.float32,
+        t_scale: float = 1.0,
         **options,
     ) -> PseudoInverseTying:
-        """Z from the thin QR of a Gaussian (signs fixed: deterministic), L = I (T = I, E = Z).
+        """Z from the thin QR of a Gaussian (signs fixed: deterministic), T = t_scale · I.
 
-        `options` are the constructor's keyword arguments (trainable_z, ...).
+        With T = c·I, E = Z / c and W_out = c·Zᵀ: c scales the input rows down and the
+        output columns up by the same factor (their product is fixed by W_out E = I).
+        c = 1 (the default, the PIT paper's) gives E = Z, rows of norm about √(d/V).
+        `scratch_t_scale` turns a target row norm of E into c.
+
+        Args:
+            vocab_size: V.
+            d_model: d.
+            generator: random source of Z.
+            dtype: dtype of the stored Z and L.
+            t_scale: c > 0, the initial T = c·I (L = √c·I).
+            options: the constructor's keyword arguments (trainable_z, ...).
         """
+        _check_t_scale(t_scale)
         Z = orthonormal_from_gaussian(vocab_size, d_model, generator).to(dtype)
-        return cls(Z, torch.eye(d_model, dtype=dtype), **options)
+        L = torch.eye(d_model, dtype=dtype) * math.sqrt(t_scale)
+        return cls(Z, L, **options)
 
     @classmethod
     def from_teacher(
@@ -279,6 +319,28 @@ class PseudoInverseTying(TokenInterface):
     def log_diag_penalty(self) -> Tensor:
         """||log diag L||² = Σ_i (log L_ii)² (scalar, differentiable), a regularizer."""
         return torch.diagonal(self.cholesky_factor()).log().pow(2).sum()
+
+    @torch.no_grad()
+    def scale_transform_(self, c: float) -> None:
+        """T <- c·T in place (L <- √c·L): E is divided by c, W_out multiplied by c; W_out E = I still.
+
+        The diagonal is rewritten through the activation's inverse, so it needs no clamp
+        (`diag_clamp`) that the scaled diagonal would leave.
+        """
+        _check_t_scale(c)
+        L = self.cholesky_factor().to(torch.float64) * math.sqrt(c)
+        diag = torch.diagonal(L)
+        if self.diag_clamp is not None and bool(
+            ((diag < self.diag_clamp[0]) | (diag > self.diag_clamp[1])).any()
+        ):
+            raise ValueError(
+                f"scaling T by {c} puts L's diagonal outside diag_clamp={self.diag_clamp}: "
+                "widen the clamp or choose another scale"
+            )
+        rho = _activation_inverse(diag, self.diag_activation)
+        l_param = torch.tril(L, diagonal=-1)
+        l_param.diagonal().copy_(rho)
+        self.l_param.copy_(l_param.to(self.l_param.dtype))
 
     def extra_repr(self) -> str:
         clamp = f", diag_clamp={self.diag_clamp}" if self.diag_clamp else ""

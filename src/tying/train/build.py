@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,8 +16,9 @@ from tying.data.batches import WindowSampler
 from tying.data.corpus import default_train_source, default_validation_source
 from tying.data.shards import TokenStore, ensure_shards, open_shards
 from tying.data.tokenizer import TextTokenizer, load_tokenizer
+from tying.interface.pit import scratch_t_scale
 from tying.paths import cache_dir
-from tying.train.config import TrainConfig
+from tying.train.config import T_SCALE_MATCH_TT, TrainConfig
 from tying.train.distributed import DistInfo, barrier
 
 
@@ -65,7 +67,19 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> nn.Module:
         pit_trainable_z=cfg.trainable_z if cfg.tie == "pit" else False,
         pit_diag_activation=cfg.pit_diag_activation,
     )
-    return Decoder(model_cfg, generator=torch.Generator().manual_seed(cfg.seed))
+    model = Decoder(model_cfg, generator=torch.Generator().manual_seed(cfg.seed))
+    if cfg.tie == "pit" and cfg.pit_t_scale != 1.0:
+        c = pit_t_scale(cfg, model_cfg.vocab_size, model_cfg.d_model, model_cfg.init_std)
+        model.interface.scale_transform_(c)
+    return model
+
+
+def pit_t_scale(cfg: TrainConfig, vocab_size: int, d_model: int, init_std: float) -> float:
+    """The scratch T = c·I of a run: `pit_t_scale`, or for "match_tt" the c that gives E's rows
+    the mean norm init_std·√d of an N(0, init_std²) row: c = 1/(init_std·√V)."""
+    if cfg.pit_t_scale == T_SCALE_MATCH_TT:
+        return scratch_t_scale(vocab_size, d_model, init_std * math.sqrt(d_model))
+    return float(cfg.pit_t_scale)
 
 
 def check_vocabulary(tokenizer_vocab: int, model_vocab: int, tokenizer_name: str) -> None:

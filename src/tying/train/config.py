@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tying.config import ConfigError
 from tying.interface import check_tie
 
 PRECISIONS = ("bf16", "fp32")
+#: How a trained PIT memory Z is optimised (tying.train.optim).
+Z_OPTIMIZERS = ("adamw", "riemannian_adam")
+#: Rule value of pit_z_lr_scale (tying.train.optim.z_lr_scale).
+ENTRY_SIZE = "entry_size"
+#: Rule value of pit_t_scale: E's initial rows as long as a standard N(0, init_std²) row.
+T_SCALE_MATCH_TT = "match_tt"
 DISTRIBUTED = ("ddp", "fsdp")
 
 
@@ -26,6 +33,18 @@ class TrainConfig:
             per-token parameter to learn), frozen in teacher mode (Z keeps the
             teacher's polar factor).
         pit_diag_activation: "exp" or "softplus" for L's diagonal.
+        pit_t_scale: scratch-mode PIT: the initial T = c·I (E = Z/c, W_out = c·Zᵀ), a
+            positive number or "match_tt": c = 1/(init_std·√V), so that E's rows have
+            the mean norm init_std·√d of an N(0, init_std²) (untied/TT) row (0.223 for
+            V = 50,257). 1 (default) is the PIT paper's T = I. Teacher mode takes T from t_init.
+        pit_z_optimizer: how a trained Z is optimised: "adamw" (an AdamW group, then the
+            polar retraction after each step) or "riemannian_adam" (geoopt's RiemannianAdam
+            on the Stiefel manifold; see tying.train.optim). A frozen Z: pit_trainable_z=false.
+        pit_z_lr_scale: Z's learning rate = lr(step) × this: a positive number, or
+            "entry_size": the relative step of a standard N(0, init_std²) matrix under
+            AdamW, (1/√V)/init_std for "adamw" (0.223 at V = 50,257) and √d/init_std for
+            "riemannian_adam" (800 at d = 256); see tying.train.optim.z_lr_scale.
+        pit_l_lr_scale: the Cholesky parameter's learning rate = lr(step) × this (> 0).
         input_grad_scale: TT only: multiplies the input-side gradient of E.
         norm: "rms" or "layer" (scratch mode).
     Data:
@@ -65,6 +84,10 @@ class TrainConfig:
     t_init: str = "output"
     pit_trainable_z: bool | None = None
     pit_diag_activation: str = "exp"
+    pit_t_scale: float | str = 1.0
+    pit_z_optimizer: str = "adamw"
+    pit_z_lr_scale: float | str = 1.0
+    pit_l_lr_scale: float = 1.0
     input_grad_scale: float = 1.0
     norm: str = "rms"
 
@@ -120,6 +143,41 @@ class TrainConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.min_lr_ratio <= 1:
             raise ConfigError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        self._check_pit_optimisation()
+
+    def _check_pit_optimisation(self) -> None:
+        """Validate the pit_t_scale / pit_z_* / pit_l_* keys (PIT only; ignored for other ties)."""
+        if self.pit_z_optimizer not in Z_OPTIMIZERS:
+            raise ConfigError(
+                f"pit_z_optimizer must be one of {Z_OPTIMIZERS}, got {self.pit_z_optimizer!r}"
+            )
+        for name, rule in (("pit_t_scale", T_SCALE_MATCH_TT), ("pit_z_lr_scale", ENTRY_SIZE)):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                if value != rule:
+                    raise ConfigError(
+                        f"{name} must be a positive number or {rule!r}, got {value!r}"
+                    )
+            elif not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name} must be a positive number or {rule!r}, got {value!r}")
+        if not (math.isfinite(self.pit_l_lr_scale) and self.pit_l_lr_scale > 0):
+            raise ConfigError(
+                f"pit_l_lr_scale must be a positive number, got {self.pit_l_lr_scale!r}"
+            )
+        if self.tie == "pit" and self.model is not None and self.pit_t_scale != 1.0:
+            raise ConfigError(
+                "pit_t_scale applies to scratch mode only (teacher mode takes T from t_init); "
+                "leave it at 1"
+            )
+        if (
+            self.tie == "pit"
+            and self.pit_z_optimizer == "riemannian_adam"
+            and self.distributed == "fsdp"
+        ):
+            raise ConfigError(
+                "pit_z_optimizer='riemannian_adam' is not supported with distributed=fsdp "
+                "(Z would be a sharded DTensor); use distributed=ddp or pit_z_optimizer=adamw"
+            )
 
     @property
     def trainable_z(self) -> bool:

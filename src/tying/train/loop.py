@@ -3,7 +3,8 @@
 setup      -> process group, run folder, config.yaml, resume point
 data       -> tokenizer, token shards (cached), window sampler, validation store
 model      -> decoder preset (scratch) or converted Hugging Face model (teacher)
-optimizer  -> AdamW (+ PIT retraction hook), warm-up + cosine learning rate
+optimizer  -> AdamW (+ PIT retraction hook, or a Stiefel RiemannianAdam for Z: train.optim),
+              warm-up + cosine learning rate times each group's lr_scale
 loop       -> micro-batches (gradient accumulation), clipping, step, metrics,
               validation, checkpoints; a non-finite loss stops the run before
               the weights are touched, keeping the last good checkpoint
@@ -36,6 +37,7 @@ from tying.train.distributed import (
 )
 from tying.train.evaluate import evaluate
 from tying.train.metrics import MetricsLogger
+from tying.train.optim import Optimizers, optimizers_for_run
 from tying.train.schedule import learning_rate
 
 
@@ -62,27 +64,6 @@ def autocast_context(cfg: TrainConfig, device: torch.device):
     return nullcontext()
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """AdamW groups: decay matrices of the blocks and plain V×d interface matrices.
-
-    No decay on norms/gains (1-D), nor on PIT's memory Z and Cholesky factor
-    (decay would pull Z off the Stiefel manifold and T towards 0).
-    """
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        leaf = name.rsplit(".", 1)[-1]
-        if p.dim() >= 2 and leaf not in ("z", "l_param"):
-            decay.append(p)
-        else:
-            no_decay.append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-
-
 def _prepare_run_dir(cfg: TrainConfig, info: DistInfo) -> tuple[Path, Path | None]:
     run_dir = Path(cfg.out_dir)
     resume_from = ckpt.latest_checkpoint(run_dir) if cfg.resume else None
@@ -106,15 +87,18 @@ def _model_state(model: nn.Module) -> dict[str, torch.Tensor]:
     )
 
 
-def _optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def _optimizer_state(model: nn.Module, optimizer: Optimizers) -> dict[str, Any]:
+    """Full state and parameter groups (lr_scale included) of every optimizer of the run."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
     return get_optimizer_state_dict(
-        model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        model,
+        optimizer.optimizers,
+        options=StateDictOptions(full_state_dict=True, cpu_offload=True),
     )
 
 
-def _load_states(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> dict[str, Any]:
+def _load_states(model: nn.Module, optimizer: Optimizers, path: Path) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
         set_model_state_dict,
@@ -123,8 +107,11 @@ def _load_states(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path)
 
     model_state, optim_state, trainer_state = ckpt.load_checkpoint(path)
     options = StateDictOptions(full_state_dict=True)
+    # Optimizer first: initialising its state runs a zero-lr step, which a Riemannian
+    # optimizer ends with a retraction (a rounding-level change of Z); the model's
+    # weights are loaded after it, so they are exactly the saved ones.
+    set_optimizer_state_dict(model, optimizer.optimizers, optim_state, options=options)
     set_model_state_dict(model, model_state, options=options)
-    set_optimizer_state_dict(model, optimizer, optim_state, options=options)
     ckpt.restore_rng(path)
     return trainer_state
 
@@ -163,12 +150,7 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
 
     # ------------------------------------------------------------------ optimizer
     wrapped = wrap_model(model, info, cfg.distributed)
-    optimizer = torch.optim.AdamW(
-        param_groups(unwrap(wrapped), cfg.weight_decay),
-        lr=cfg.lr,
-        betas=(cfg.beta1, cfg.beta2),
-        fused=False,
-    )
+    optimizer = optimizers_for_run(unwrap(wrapped), cfg)
     step_model = torch.compile(wrapped) if cfg.compile else wrapped
 
     start_step, tokens_seen, elapsed_before = 0, 0, 0.0
@@ -178,8 +160,9 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
         elapsed_before = state.get("elapsed_s", 0.0)
         sampler.load_state_dict(state["sampler"])
     # After loading: restoring optimizer state runs a zero-lr step, which must not retract Z.
-    if getattr(interface, "trainable_z", False):
-        interface.attach_retraction(optimizer)
+    # A Riemannian optimizer retracts Z itself; AdamW needs the hook.
+    if getattr(interface, "trainable_z", False) and cfg.pit_z_optimizer == "adamw":
+        interface.attach_retraction(optimizer.optimizer_of(interface.z))
     logger = (
         MetricsLogger(
             run_dir, resume_step=start_step if resume_from else None, tensorboard=cfg.tensorboard
@@ -248,8 +231,7 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
                 max_steps=cfg.max_steps,
                 min_lr_ratio=cfg.min_lr_ratio,
             )
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+            optimizer.set_lr(lr)
             if tracker is not None:
                 tracker.start_step()
             loss_sum = torch.zeros((), device=info.device)
