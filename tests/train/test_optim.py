@@ -177,6 +177,79 @@ def test_polar_stiefel_retraction_and_projection() -> None:
     torch.testing.assert_close(Y, svd.U @ svd.Vh)  # the polar factor: nearest orthonormal
 
 
+def _random_pit(V: int, d: int, activation: str = "exp"):
+    from tying import PseudoInverseTying
+
+    g = torch.Generator().manual_seed(5)
+    pit = PseudoInverseTying.scratch(
+        V, d, generator=g, dtype=torch.float64, diag_activation=activation
+    )
+    with torch.no_grad():
+        pit.l_param.diagonal().copy_(0.3 * torch.randn(d, generator=g, dtype=torch.float64))
+        pit.l_param.add_(torch.tril(0.2 * torch.randn(d, d, generator=g, dtype=torch.float64), -1))
+    return pit
+
+
+@pytest.mark.parametrize("activation", ["exp", "softplus"])
+def test_spd_adam_recovers_the_gradient_with_respect_to_t(activation) -> None:
+    # loss(T) = ‖h T Zᵀ‖² depends on l_param only through T = L Lᵀ, so the gradient the
+    # optimizer reconstructs from l_param's must equal the direct one, sym(∂loss/∂T).
+    from tying.train.optim import CholeskySPDAdam
+
+    pit = _random_pit(40, 5, activation)
+    h = torch.randn(7, 5, dtype=torch.float64)
+    pit.logits(h).pow(2).sum().backward()
+    group = {"params": [pit.l_param], "name": "pit_l", "lr_scale": 1.0, "weight_decay": 0.0}
+    opt = CholeskySPDAdam(group, pit, (0.9, 0.95))
+    G_T = opt._euclidean_gradient(pit.l_param, pit.l_param.grad)
+    T = pit.transform().detach().requires_grad_(True)
+    (direct,) = torch.autograd.grad((h @ T @ pit.z.T).pow(2).sum(), T)
+    torch.testing.assert_close(G_T, 0.5 * (direct + direct.T))
+
+
+def test_spd_adam_minimises_a_convex_function_of_t() -> None:
+    # f(T) = tr(A T) − log det T over SPD matrices has its minimum at T = A⁻¹.
+    from tying.train.optim import CholeskySPDAdam
+
+    pit = _random_pit(30, 4)
+    g = torch.Generator().manual_seed(6)
+    B = torch.randn(4, 4, generator=g, dtype=torch.float64)
+    A = B @ B.T + 0.5 * torch.eye(4, dtype=torch.float64)
+    group = {"params": [pit.l_param], "name": "pit_l", "lr_scale": 1.0, "weight_decay": 0.0}
+    opt = CholeskySPDAdam(group, pit, (0.9, 0.99))
+    opt.param_groups[0]["lr"] = 0.05
+    values = []
+    for _ in range(400):
+        f = torch.trace(A @ pit.transform()) - pit.log_det_t()
+        values.append(f.item())
+        opt.zero_grad()
+        f.backward()
+        opt.step()
+    optimum = 4 + torch.logdet(A).item()  # f(A⁻¹) = d + log det A
+    assert values[5] < values[0]
+    assert values[-1] - optimum < 1e-3 * (values[0] - optimum), (values[0], values[-1], optimum)
+    torch.testing.assert_close(pit.transform(), torch.linalg.inv(A), atol=1e-2, rtol=1e-2)
+
+
+def test_spd_adam_step_is_a_relative_step_of_t() -> None:
+    # The first step has Adam's direction m/√v = g/‖g‖ (one second moment for the matrix):
+    # ‖T^{-1/2} ΔT T^{-1/2}‖_F ≈ lr, whatever the size of the gradient.
+    from tying.train.optim import CholeskySPDAdam
+
+    for scale in (1e-3, 1e3):
+        pit = _random_pit(30, 6)
+        T0 = pit.transform().detach()
+        (scale * pit.logits(torch.randn(5, 6, dtype=torch.float64)).sum()).backward()
+        group = {"params": [pit.l_param], "name": "pit_l", "lr_scale": 1.0, "weight_decay": 0.0}
+        opt = CholeskySPDAdam(group, pit, (0.9, 0.95))
+        opt.param_groups[0]["lr"] = 1e-3
+        opt.step()
+        evals, evecs = torch.linalg.eigh(T0)
+        inv_sqrt = (evecs * evals.rsqrt()) @ evecs.T
+        rel = (inv_sqrt @ (pit.transform().detach() - T0) @ inv_sqrt).norm().item()
+        assert rel == pytest.approx(1e-3, rel=1e-2), (scale, rel)
+
+
 # ----------------------------------------------------------------------------- tiny runs
 
 Z_OPTIONS = {
@@ -190,6 +263,12 @@ Z_OPTIONS = {
         "pit_t_scale": "match_tt",
     },
     "frozen": {"pit_trainable_z": False, "pit_l_lr_scale": 10.0},
+    "spd-t": {
+        "pit_trainable_z": True,
+        "pit_t_optimizer": "riemannian_adam",
+        "pit_l_lr_scale": 50.0,
+        "pit_t_scale": 4.0,
+    },
 }
 
 
@@ -261,12 +340,21 @@ def _run(small_corpus, out_dir, **kw) -> list[str]:
     )
 
 
-@pytest.mark.parametrize("z_optimizer", ["adamw", "riemannian_adam"])
+@pytest.mark.parametrize(
+    "z_optimizer, t_optimizer",
+    [("adamw", "adamw"), ("riemannian_adam", "adamw"), ("adamw", "riemannian_adam")],
+)
 def test_resume_restores_groups_and_repeats_the_run_exactly(
-    small_corpus, tmp_path, z_optimizer
+    small_corpus, tmp_path, z_optimizer, t_optimizer
 ) -> None:
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
-    train(load_config(TrainConfig, None, _run(small_corpus, ref_dir, pit_z_optimizer=z_optimizer)))
+    train(
+        load_config(
+            TrainConfig,
+            None,
+            _run(small_corpus, ref_dir, pit_z_optimizer=z_optimizer, pit_t_optimizer=t_optimizer),
+        )
+    )
     # A copy of the run as it stood at its step-3 checkpoint: later checkpoint removed.
     shutil.copytree(ref_dir, cut_dir)
     shutil.rmtree(cut_dir / "checkpoints" / ckpt.step_dir_name(6))
@@ -279,7 +367,13 @@ def test_resume_restores_groups_and_repeats_the_run_exactly(
         load_config(
             TrainConfig,
             None,
-            _run(small_corpus, cut_dir, pit_z_optimizer=z_optimizer, resume=True),
+            _run(
+                small_corpus,
+                cut_dir,
+                pit_z_optimizer=z_optimizer,
+                pit_t_optimizer=t_optimizer,
+                resume=True,
+            ),
         )
     )
     ref = {r["step"]: r["loss"] for r in read_metrics(ref_dir) if "loss" in r}

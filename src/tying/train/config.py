@@ -11,6 +11,8 @@ from tying.interface import check_tie
 PRECISIONS = ("bf16", "fp32")
 #: How a trained PIT memory Z is optimised (tying.train.optim).
 Z_OPTIMIZERS = ("adamw", "riemannian_adam")
+#: How PIT's T = L Lᵀ is optimised (tying.train.optim).
+T_OPTIMIZERS = ("adamw", "riemannian_adam")
 #: Rule value of pit_z_lr_scale (tying.train.optim.z_lr_scale).
 ENTRY_SIZE = "entry_size"
 #: Rule value of pit_t_scale: E's initial rows as long as a standard N(0, init_std²) row.
@@ -44,7 +46,11 @@ class TrainConfig:
             "entry_size": the relative step of a standard N(0, init_std²) matrix under
             AdamW, (1/√V)/init_std for "adamw" (0.223 at V = 50,257) and √d/init_std for
             "riemannian_adam" (800 at d = 256); see tying.train.optim.z_lr_scale.
-        pit_l_lr_scale: the Cholesky parameter's learning rate = lr(step) × this (> 0).
+        pit_t_optimizer: how T = L Lᵀ is optimised: "adamw" (AdamW on the stored Cholesky
+            parameter, the PIT paper's) or "riemannian_adam" (Riemannian Adam on the SPD
+            manifold, affine-invariant metric: tying.train.optim.CholeskySPDAdam; its
+            learning rate is the size of the step of log T per step).
+        pit_l_lr_scale: T's learning rate = lr(step) × this (> 0).
         input_grad_scale: TT only: multiplies the input-side gradient of E.
         norm: "rms" or "layer" (scratch mode).
     Data:
@@ -87,6 +93,7 @@ class TrainConfig:
     pit_t_scale: float | str = 1.0
     pit_z_optimizer: str = "adamw"
     pit_z_lr_scale: float | str = 1.0
+    pit_t_optimizer: str = "adamw"
     pit_l_lr_scale: float = 1.0
     input_grad_scale: float = 1.0
     norm: str = "rms"
@@ -151,6 +158,10 @@ class TrainConfig:
             raise ConfigError(
                 f"pit_z_optimizer must be one of {Z_OPTIMIZERS}, got {self.pit_z_optimizer!r}"
             )
+        if self.pit_t_optimizer not in T_OPTIMIZERS:
+            raise ConfigError(
+                f"pit_t_optimizer must be one of {T_OPTIMIZERS}, got {self.pit_t_optimizer!r}"
+            )
         for name, rule in (("pit_t_scale", T_SCALE_MATCH_TT), ("pit_z_lr_scale", ENTRY_SIZE)):
             value = getattr(self, name)
             if isinstance(value, str):
@@ -169,15 +180,12 @@ class TrainConfig:
                 "pit_t_scale applies to scratch mode only (teacher mode takes T from t_init); "
                 "leave it at 1"
             )
-        if (
-            self.tie == "pit"
-            and self.pit_z_optimizer == "riemannian_adam"
-            and self.distributed == "fsdp"
-        ):
-            raise ConfigError(
-                "pit_z_optimizer='riemannian_adam' is not supported with distributed=fsdp "
-                "(Z would be a sharded DTensor); use distributed=ddp or pit_z_optimizer=adamw"
-            )
+        for key in ("pit_z_optimizer", "pit_t_optimizer"):
+            if self.tie == "pit" and getattr(self, key) != "adamw" and self.distributed == "fsdp":
+                raise ConfigError(
+                    f"{key}='riemannian_adam' is not supported with distributed=fsdp "
+                    f"(the interface is sharded as DTensors); use distributed=ddp or {key}=adamw"
+                )
 
     @property
     def trainable_z(self) -> bool:

@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from tying.config import ConfigError
 from tying.interface.linalg import polar_retraction
 from tying.interface.pit import PseudoInverseTying
-from tying.train.config import ENTRY_SIZE, Z_OPTIMIZERS, TrainConfig
+from tying.train.config import ENTRY_SIZE, T_OPTIMIZERS, Z_OPTIMIZERS, TrainConfig
 
 
 def z_lr_scale(
@@ -174,6 +174,128 @@ def _riemannian_adam(group: dict[str, Any], betas: tuple[float, float]) -> torch
     return StiefelAdam([group], lr=0.0, betas=betas)
 
 
+def _geoopt_spd():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from geoopt import SymmetricPositiveDefinite
+
+    return SymmetricPositiveDefinite()
+
+
+class CholeskySPDAdam(torch.optim.Optimizer):
+    """Riemannian Adam on T = L Lᵀ over the SPD manifold, for PIT's stored Cholesky parameter.
+
+    The parameter stays `l_param` (L's strict lower triangle and ρ, L_ii = act(ρ_i)); each
+    step works on T itself, in float64:
+
+    1. G_T = ∂loss/∂T from l_param's gradient, by the chain rule through the Cholesky
+       factorisation (T -> L -> l_param is a bijection onto the SPD matrices);
+    2. geoopt's `RiemannianAdam` update on `geoopt.SymmetricPositiveDefinite` (affine-invariant
+       metric ⟨U, W⟩_T = tr(T⁻¹ U T⁻¹ W)): Riemannian gradient T sym(G_T) T, first moment
+       kept in the tangent space and transported, ONE second moment for the whole matrix
+       (geoopt's manifold-wise Adam), and the retraction T + U + ½ U T⁻¹ U, which stays SPD;
+    3. l_param <- (the strict lower triangle of chol(T_new), act⁻¹ of its diagonal).
+
+    In the affine-invariant metric ‖T^{-1/2} ΔT T^{-1/2}‖_F is the size of the change of
+    log T, so the learning rate is a relative step: with consistent gradients T's
+    eigenvalues move by a factor of about e^{±lr} per step, and its condition number by at
+    most e^{2·lr}. A Cholesky factor under AdamW instead moves every entry of L by about lr,
+    which lets T's largest eigenvalue grow only slowly at the base lr and, at a larger lr,
+    makes T ill-conditioned (a lower-triangular L with off-diagonal entries of 0.1–0.5
+    is exponentially ill-conditioned in d).
+
+    Args:
+        group: the `pit_l` parameter group (one parameter: l_param).
+        interface: the PIT interface that owns l_param (for its diagonal activation).
+        betas: Adam's (β1, β2).
+        eps: added to the root of the second moment.
+    """
+
+    def __init__(
+        self,
+        group: dict[str, Any],
+        interface: PseudoInverseTying,
+        betas: tuple[float, float],
+        eps: float = 1e-8,
+    ) -> None:
+        if interface.diag_clamp is not None:
+            raise ConfigError(
+                "pit_t_optimizer='riemannian_adam' needs an unclamped diagonal of L "
+                "(diag_clamp hides the gradient of clamped entries); use pit_t_optimizer=adamw"
+            )
+        if [id(p) for p in group["params"]] != [id(interface.l_param)]:
+            raise ValueError("CholeskySPDAdam updates exactly the interface's l_param")
+        super().__init__([group], {"lr": 0.0, "betas": betas, "eps": eps})
+        self._interface = interface
+        self._manifold = _geoopt_spd()
+
+    def _cholesky(self, l_param: Tensor) -> Tensor:
+        """L in float64 from the stored parameter."""
+        return self._interface.cholesky_factor(l_param.detach().to(torch.float64))
+
+    def _euclidean_gradient(self, l_param: Tensor, grad: Tensor) -> Tensor:
+        """G_T (d×d, symmetric, float64) from ∂loss/∂l_param: backward through chol and act⁻¹."""
+        with torch.enable_grad():
+            L = self._cholesky(l_param)
+            T = (L @ L.T).requires_grad_(True)
+            L_of_T = torch.linalg.cholesky(T)
+            diag = torch.diagonal(L_of_T)
+            if self._interface.diag_activation == "exp":
+                rho = diag.log()
+            else:  # softplus⁻¹(y) = y + log(1 − e^{−y})
+                rho = diag + torch.log(-torch.expm1(-diag))
+            params = torch.tril(L_of_T, diagonal=-1) + torch.diag_embed(rho)
+            (G_T,) = torch.autograd.grad(params, T, grad.to(torch.float64))
+        return 0.5 * (G_T + G_T.T)
+
+    def _store(self, l_param: Tensor, T: Tensor) -> None:
+        L = torch.linalg.cholesky(0.5 * (T + T.T))
+        diag = torch.diagonal(L)
+        if self._interface.diag_activation == "exp":
+            rho = diag.log()
+        else:
+            rho = diag + torch.log(-torch.expm1(-diag))
+        new = torch.tril(L, diagonal=-1) + torch.diag_embed(rho)
+        l_param.copy_(new.to(l_param.dtype))
+
+    @torch.no_grad()
+    def step(self, closure=None):  # type: ignore[override]
+        loss = closure() if closure is not None else None
+        manifold = self._manifold
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if len(state) == 0:
+                    # Stored in the parameter's dtype (torch casts loaded optimizer state to
+                    # it), worked on in float64.
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                    state["exp_avg_sq"] = torch.zeros((), dtype=p.dtype, device=p.device)
+                if isinstance(
+                    state["step"], Tensor
+                ):  # restored through torch.distributed.checkpoint
+                    state["step"] = int(state["step"].item())
+                state["step"] += 1
+                L = self._cholesky(p)
+                T = L @ L.T
+                rgrad = manifold.egrad2rgrad(T, self._euclidean_gradient(p, p.grad))
+                exp_avg = state["exp_avg"].to(torch.float64)
+                exp_avg_sq = state["exp_avg_sq"].to(torch.float64)
+                exp_avg.mul_(beta1).add_(rgrad, alpha=1 - beta1)
+                exp_avg_sq.mul_(beta2).add_(manifold.inner(T, rgrad), alpha=1 - beta2)
+                bias1 = 1 - beta1 ** state["step"]
+                bias2 = 1 - beta2 ** state["step"]
+                direction = (exp_avg / bias1) / ((exp_avg_sq / bias2).sqrt() + group["eps"])
+                new_T, new_avg = manifold.retr_transp(T, -group["lr"] * direction, exp_avg)
+                self._store(p, new_T)
+                state["exp_avg"].copy_(new_avg)
+                state["exp_avg_sq"].copy_(exp_avg_sq)
+        return loss
+
+
 class Optimizers:
     """The optimizers of one run, used as one: AdamW, plus a Stiefel RiemannianAdam for Z.
 
@@ -222,6 +344,7 @@ def build_optimizers(
     z_optimizer: str = "adamw",
     z_lr_scale: float = 1.0,
     l_lr_scale: float = 1.0,
+    t_optimizer: str = "adamw",
 ) -> Optimizers:
     """AdamW over the groups of `param_groups`; with "riemannian_adam", Z's group goes to geoopt.
 
@@ -236,17 +359,23 @@ def build_optimizers(
         z_optimizer: "adamw" or "riemannian_adam".
         z_lr_scale: multiplier of Z's learning rate.
         l_lr_scale: multiplier of the Cholesky parameter's learning rate.
+        t_optimizer: "adamw" (AdamW on l_param) or "riemannian_adam" (`CholeskySPDAdam`).
     """
+    if t_optimizer not in T_OPTIMIZERS:
+        raise ConfigError(f"pit_t_optimizer must be one of {T_OPTIMIZERS}, got {t_optimizer!r}")
     if z_optimizer not in Z_OPTIMIZERS:
         raise ConfigError(f"pit_z_optimizer must be one of {Z_OPTIMIZERS}, got {z_optimizer!r}")
     groups = param_groups(model, weight_decay, z_lr_scale=z_lr_scale, l_lr_scale=l_lr_scale)
     stiefel = [g for g in groups if g["name"] == "pit_z" and z_optimizer == "riemannian_adam"]
-    euclidean = [g for g in groups if not any(g is s for s in stiefel)]
+    spd = [g for g in groups if g["name"] == "pit_l" and t_optimizer == "riemannian_adam"]
+    euclidean = [g for g in groups if not any(g is s for s in stiefel + spd)]
     optimizers: list[torch.optim.Optimizer] = [
         torch.optim.AdamW(euclidean, lr=lr, betas=betas, fused=False)
     ]
     if stiefel:
         optimizers.append(_riemannian_adam(stiefel[0], betas))
+    if spd:
+        optimizers.append(CholeskySPDAdam(spd[0], model.interface, betas))
     out = Optimizers(optimizers)
     out.set_lr(lr)
     return out
@@ -261,6 +390,7 @@ def optimizers_for_run(model: nn.Module, cfg: TrainConfig) -> Optimizers:
     interface = getattr(model, "interface", None)
     is_pit = isinstance(interface, PseudoInverseTying)
     z_optimizer = cfg.pit_z_optimizer if is_pit else "adamw"
+    t_optimizer = cfg.pit_t_optimizer if is_pit else "adamw"
     z_scale, l_scale = 1.0, 1.0
     if is_pit:
         init_std = getattr(getattr(model, "config", None), "init_std", None)
@@ -276,4 +406,5 @@ def optimizers_for_run(model: nn.Module, cfg: TrainConfig) -> Optimizers:
         z_optimizer=z_optimizer,
         z_lr_scale=z_scale,
         l_lr_scale=l_scale,
+        t_optimizer=t_optimizer,
     )
