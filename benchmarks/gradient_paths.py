@@ -20,8 +20,8 @@ import torch
 
 from timing import medians, round_robin, write_json
 from tying.analysis.gradient_paths import GradientPathTracker
-from tying.model.decoder import Decoder
-from tying.model.presets import preset_config
+from tying.decoder.decoder import Decoder
+from tying.decoder.presets import preset_config
 
 
 def make_step(tie: str, track: bool, args, batches):

@@ -106,7 +106,7 @@ def main() -> int:
         omnibus_distance,
         omnibus_embedding,
     )
-    from tying.models import load_any
+    from tying.loader import load_any
     from tying.probe import interface_matrices
     from tying.probe.views import consistency_view
 

@@ -19,8 +19,8 @@ from tying.data.batches import eval_batches
 from tying.data.corpus import default_validation_source
 from tying.data.shards import ensure_shards, open_shards
 from tying.data.tokenizer import load_tokenizer
-from tying.experiments.teacher_init import conversion_table
 from tying.hf import HFCausalLM, convert, load
+from tying.teacher.step0 import conversion_table
 
 
 def main() -> None:

@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 
 from timing import medians, round_robin, write_json
-from tying.model.decoder import Decoder
-from tying.model.presets import preset_config
+from tying.decoder.decoder import Decoder
+from tying.decoder.presets import preset_config
 
 
 def matmul_peak_flops(n: int = 2048, reps: int = 5) -> float:

@@ -69,6 +69,50 @@ def random_llama(
     return model
 
 
+def tiny_train_settings(corpus: dict[str, Path], out: Path, **overrides) -> dict:
+    """The one tiny training run of the tests: the tiny preset on a small corpus, seconds on a
+    CPU (fp32, no validation, no intermediate checkpoint); `overrides` replace any key.
+
+    Returns:
+        TrainConfig keys (`TrainConfig(**settings)`; `as_overrides` for key=value items).
+    """
+    settings = dict(
+        data=str(corpus["train"]),
+        val_data="",
+        tokenizer=str(corpus["tokenizer"]),
+        preset="tiny",
+        seq_len=32,
+        micro_batch_size=4,
+        global_batch_tokens=128,
+        max_steps=4,
+        warmup_steps=1,
+        lr=3e-3,
+        eval_every=0,
+        checkpoint_every=0,
+        precision="fp32",
+        progress=False,
+        tensorboard=False,
+        out=str(out),
+    )
+    settings.update(overrides)
+    return settings
+
+
+def as_overrides(settings: dict) -> list[str]:
+    """`key=value` items of a settings dict."""
+    return [f"{k}={v}" for k, v in settings.items()]
+
+
+def train_tiny(corpus: dict[str, Path], out: Path, cache: Path, **overrides) -> Path:
+    """Train `tiny_train_settings(corpus, out, **overrides)` with its shard cache in `cache`."""
+    from tying.train import TrainConfig, train
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TYING_CACHE_DIR", str(cache))
+        train(TrainConfig(**tiny_train_settings(corpus, out, **overrides)))
+    return out
+
+
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)

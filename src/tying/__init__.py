@@ -2,18 +2,48 @@
 
 The input embedding E (V×d) and the output projection W_out (d×V), built three
 ways (untied, transpose-tied, pseudo-inverse-tied), trained and measured.
+
+The names below are imported on first use, so that `import tying` (and `tying --help`)
+does not import torch.
 """
 
-from tying.interface import (
-    PseudoInverseTying,
-    TokenInterface,
-    TransposeTying,
-    Untied,
-    build_interface,
-    linear_cross_entropy,
-)
+from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from tying import _compat
+
+__version__ = "0.2.0"
+
+_compat.install()
+
+#: Public name -> module that defines it (imported lazily by `__getattr__`).
+_LAZY = {
+    "PseudoInverseTying": "tying.interface",
+    "TokenInterface": "tying.interface",
+    "TransposeTying": "tying.interface",
+    "Untied": "tying.interface",
+    "build_interface": "tying.interface",
+    "linear_cross_entropy": "tying.interface",
+}
+
+if TYPE_CHECKING:
+    from tying.interface import (
+        PseudoInverseTying,
+        TokenInterface,
+        TransposeTying,
+        Untied,
+        build_interface,
+        linear_cross_entropy,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'tying' has no attribute {name!r}")
+
 
 __all__ = [
     "PseudoInverseTying",

@@ -1,64 +1,181 @@
-"""`tying <verb>`: one verb per capability.
+"""`tying <verb>`: one verb per capability; the CLI parses and calls one library function.
 
-Each verb lives in its own module, imported only when that verb runs, so
-`tying --help` stays fast. A verb module provides:
+Each verb lives in its own module under `tying.commands`, imported only when that verb runs,
+so `tying --help` imports neither torch nor any verb. A verb module provides:
 
-    HELP: str                                   one line for `tying --help`
-    add_arguments(parser: argparse.ArgumentParser) -> None
-    run(args: argparse.Namespace) -> int        the exit status
+    add_arguments(parser)      its flags, generated from its options dataclass
+                               (`tying.config.add_config_arguments`)
+    run(args) -> int | None    builds the options and calls the library function
+
+One error path for every verb (`main`): bad input (a `tying.config.ConfigError`, a
+ValueError, a missing file, ...) prints ONE line, `tying VERB: error: ...`, and exits with
+status 2; an unexpected failure prints one line and exits with 1; `--debug` (or
+TYING_DEBUG=1) shows the traceback instead. Ctrl-C exits with 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
-# verb -> module path. Add one line here per new verb.
-VERBS: dict[str, str] = {
-    "info": "tying.commands.info",
-    "train": "tying.commands.train",
-    "eval": "tying.commands.eval",
-    "tokenize": "tying.commands.tokenize",
-    "params": "tying.commands.params",
-    "convert": "tying.commands.convert",
-    "export": "tying.commands.export",
-    "lens": "tying.commands.lens",
-    "trace": "tying.commands.trace",
-    "plot": "tying.commands.plot",
-    "probe": "tying.commands.probe",
-    "experiment": "tying.commands.experiment",
-    "demo": "tying.commands.demo",
+#: verb -> (module, one-line help). Add one line here per new verb.
+VERBS: dict[str, tuple[str, str]] = {
+    "info": ("tying.commands.info", "print versions of tying, torch and transformers, and devices"),
+    "train": (
+        "tying.commands.train",
+        "train our decoder (scratch) or a converted Hugging Face model (teacher mode)",
+    ),
+    "eval": ("tying.commands.eval", "loss and perplexity of any model on a text (JSON)"),
+    "tokenize": ("tying.commands.tokenize", "tokenize a corpus into token shards"),
+    "params": ("tying.commands.params", "parameter counts of a decoder preset (closed form)"),
+    "convert": (
+        "tying.commands.convert",
+        "convert a Hugging Face causal LM's embedding and head to an untied/TT/PIT interface",
+    ),
+    "export": (
+        "tying.commands.export",
+        "export a converted model as a standard transformers checkpoint",
+    ),
+    "lens": ("tying.commands.lens", "logit / tuned lens: KL(final || lens) per layer, bits/token"),
+    "trace": (
+        "tying.commands.trace",
+        "transition trace: input-side vs output-side anchor tokens per layer",
+    ),
+    "plot": ("tying.commands.plot", "plot a metric of one or more runs against step"),
+    "probe": (
+        "tying.commands.probe",
+        "interface consistency, parameters, norms, drift; with --against: alignment, KNN, spectral",
+    ),
+    "finetune": (
+        "tying.commands.finetune",
+        "LoRA update of any model on MBPP, GSM8K or a prompt/completion JSONL file",
+    ),
+    "evaluate": (
+        "tying.commands.evaluate",
+        "GSM8K, SVAMP, MBPP, HumanEval through lm-eval (optionally under an adapter)",
+    ),
+    "side-effects": (
+        "tying.commands.side_effects",
+        "what an update changed besides its target: KL, loss, top-1, lens, interface, tasks",
+    ),
+    "experiment": (
+        "tying.commands.experiment",
+        "train a grid of runs at one token budget and write a side-by-side report",
+    ),
+    "demo": (
+        "tying.commands.demo",
+        "the main job: SmolLM2 -> TT and PIT, continued pretraining, lens, report",
+    ),
 }
 
+#: Exceptions that mean "the input was wrong": one line, exit status 2.
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,
+    FileNotFoundError,
+    FileExistsError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+    NotImplementedError,
+    IndexError,
+)
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with one sub-parser per verb (verb modules imported lazily)."""
+
+class VerbParser(argparse.ArgumentParser):
+    """argparse with a one-line error (`tying VERB: error: ... (see tying VERB --help)`)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def top_help() -> str:
+    """The text of `tying --help` (no verb module imported)."""
     from tying import __version__
 
-    parser = argparse.ArgumentParser(
-        prog="tying",
-        description="The token interface of language models: build, train, measure.",
+    width = max(map(len, VERBS))
+    lines = [
+        f"usage: tying VERB [options]      (tying {__version__})",
+        "",
+        "The token interface of language models: build, train, update, measure.",
+        "",
+        "verbs:",
+        *(f"  {verb:<{width}}  {help_text}" for verb, (_, help_text) in VERBS.items()),
+        "",
+        "`tying VERB --help` lists every option of a verb with its default and unit.",
+        "Every verb takes --debug (or TYING_DEBUG=1) to show a traceback on error.",
+    ]
+    return "\n".join(lines)
+
+
+def build_parser(verb: str) -> argparse.ArgumentParser:
+    """The parser of one verb (its module imported)."""
+    module_path, help_text = VERBS[verb]
+    module = importlib.import_module(module_path)
+    parser = VerbParser(
+        prog=f"tying {verb}", description=help_text[0].upper() + help_text[1:] + "."
     )
-    parser.add_argument("--version", action="version", version=f"tying {__version__}")
-    sub = parser.add_subparsers(dest="verb", metavar="VERB")
-    for verb, module_path in VERBS.items():
-        module = importlib.import_module(module_path)
-        verb_parser = sub.add_parser(verb, help=module.HELP, description=module.HELP)
-        module.add_arguments(verb_parser)
-        verb_parser.set_defaults(_run=module.run)
+    module.add_arguments(parser)
+    parser.add_argument(
+        "--debug", action="store_true", help="show the full traceback when something fails"
+    )
+    parser.set_defaults(_run=module.run)
     return parser
+
+
+def _fail(verb: str, message: str, status: int) -> int:
+    """Print `tying VERB: error: MESSAGE` (first line of the message only); return `status`."""
+    first = " ".join(str(message).split("\n")[0].split()) or "(no message)"
+    prog = f"tying {verb}" if verb else "tying"
+    print(f"{prog}: error: {first}", file=sys.stderr)
+    return status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `tying` console script; returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.verb is None:
-        parser.print_help()
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args_list or os.environ.get("TYING_DEBUG", "") not in ("", "0")
+    if not args_list or args_list[0] in ("-h", "--help"):
+        print(top_help())
         return 0
-    return int(args._run(args) or 0)
+    if args_list[0] == "--version":
+        from tying import __version__
+
+        print(f"tying {__version__}")
+        return 0
+    verb = args_list[0]
+    if verb not in VERBS:
+        close = difflib.get_close_matches(verb, VERBS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else "; see `tying --help`"
+        return _fail("", f"unknown verb {verb!r}{hint}", 2)
+    try:
+        parser = build_parser(verb)
+        args = parser.parse_args(args_list[1:])
+        return int(args._run(args) or 0)
+    except SystemExit as e:  # argparse (--help, usage errors) and verbs that exit
+        return int(e.code) if isinstance(e.code, int) else (0 if e.code is None else 2)
+    except KeyboardInterrupt:
+        print(f"tying {verb}: interrupted", file=sys.stderr)
+        return 130
+    except USER_ERRORS as e:
+        if debug:
+            raise
+        return _fail(verb, str(e), 2)
+    except Exception as e:
+        if debug:
+            raise
+        status = getattr(e, "exit_status", None)
+        if isinstance(status, int):  # a failure the library explains itself (e.g. divergence)
+            return _fail(verb, str(e), status)
+        return _fail(
+            verb,
+            f"{type(e).__name__}: {e} (an unexpected failure; rerun with --debug for the traceback)",
+            1,
+        )
 
 
 if __name__ == "__main__":

@@ -1,37 +1,100 @@
-"""The one configuration system: dataclasses, YAML files and `key=value` overrides.
+"""The one configuration dialect: dataclasses, YAML files, `key=value` overrides and CLI flags.
 
     cfg = load_config(TrainConfig, "configs/train.yaml", ["lr=3e-4", "tie=pit"])
+    cfg = load_config(ExperimentConfig, path, ["train.lr=1e-3", "seeds=[0,1]"])
 
-Values of overrides are parsed as YAML scalars (`3e-4`, `true`, `null`,
-`[1, 2]`), then checked against the dataclass field's type. An unknown key is
-an error that names the closest known key.
+- A config is a dataclass. A field whose type is another dataclass is a section: in YAML a
+  mapping, in overrides and flags a dotted key (`train.lr=1e-3`, `--train.lr 1e-3`).
+- Values of overrides and flags are parsed as YAML scalars (`3e-4`, `true`, `null`,
+  `[1, 2]`), except for string fields, which take the text as it is. Every value is then
+  checked against the field's type: int, float, bool, str, `Literal[...]` choices, optional
+  (`X | None`), lists, nested dataclasses, mappings.
+- An unknown key is an error that names the closest known key. A renamed key (a field whose
+  metadata lists `aliases`) is accepted with a DeprecationWarning.
+- `add_config_arguments` makes an argparse flag of every field (kebab-case, `--max-steps`),
+  with the help text of the field (the "Attributes:" section of the dataclass docstring, one
+  `name: text` entry per field, units included), its default and its choices, so the CLI never
+  repeats a default by hand; `config_from_args` builds the dataclass from defaults < YAML <
+  `key=value` overrides < flags.
+
+This module imports no torch (the CLI's `--help` stays fast).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import difflib
+import importlib
+import inspect
+import re
 import types
 import typing
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
 
 T = TypeVar("T")
 
+#: Field metadata keys understood here.
+POSITIONAL = "positional"  # the field is a positional CLI argument
+ALIASES = "aliases"  # old names of the field, accepted with a DeprecationWarning
+CLI = "cli"  # False: no CLI flag (set by code, or only in YAML)
+CHOICES = "choices"  # a callable (or "module:function") listing the valid values, for --help
+
 
 class ConfigError(ValueError):
-    """A configuration file or override that cannot be applied."""
+    """A configuration file, override or flag that cannot be applied (bad user input)."""
 
 
-def _suggest(key: str, known: Sequence[str]) -> str:
+# ----------------------------------------------------------------------------- fields
+def positional(default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
+    """A dataclass field that the CLI takes as a positional argument."""
+    return dataclasses.field(default=default, metadata={POSITIONAL: True}, **kwargs)
+
+
+def tie_field(default: str = "tt") -> Any:
+    """The `tie` field of an options dataclass: a registered interface name (choices in --help)."""
+    return dataclasses.field(default=default, metadata={CHOICES: "tying.interface.registry:ties"})
+
+
+def renamed(default: Any, *aliases: str, **kwargs: Any) -> Any:
+    """A dataclass field that was called one of `aliases` before (accepted, with a warning)."""
+    return dataclasses.field(default=default, metadata={ALIASES: aliases}, **kwargs)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _fields(cls: type) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(cls) if f.init}
+
+
+def _is_config(annotation: Any) -> bool:
+    return isinstance(annotation, type) and dataclasses.is_dataclass(annotation)
+
+
+def _optional_inner(annotation: Any) -> tuple[Any, bool]:
+    """(X, True) for `X | None`, else (annotation, False)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1 and len(args) < len(typing.get_args(annotation)):
+            return args[0], True
+    return annotation, False
+
+
+def _suggest(key: str, known: Iterable[str]) -> str:
+    known = sorted(known)
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
-    return f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(sorted(known))}"
+    return f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
 
 
+# ----------------------------------------------------------------------------- values
 def _coerce(name: str, value: Any, annotation: Any) -> Any:
     """Check `value` against a field annotation, converting the harmless cases (int -> float)."""
     origin = typing.get_origin(annotation)
@@ -48,16 +111,32 @@ def _coerce(name: str, value: Any, annotation: Any) -> Any:
             except ConfigError as e:
                 errors.append(str(e))
         raise ConfigError(errors[0] if errors else f"{name}: invalid value {value!r}")
+    if origin is Literal:
+        choices = typing.get_args(annotation)
+        if value not in choices:
+            raise ConfigError(
+                f"{name} must be one of {', '.join(map(str, choices))}; got {value!r}"
+            )
+        return value
+    if _is_config(annotation):
+        if isinstance(value, annotation):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name} must be a mapping of key: value, got {value!r}")
+        return from_dict(annotation, value, source=name)
     if origin in (list, tuple):
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{name} must be a list, got {value!r}")
-        args = typing.get_args(annotation)
+        args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
         item = args[0] if args else Any
         items = [_coerce(name, v, item) for v in value]
         return tuple(items) if origin is tuple else items
     if origin is dict or annotation is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{name} must be a mapping, got {value!r}")
+        args = typing.get_args(annotation)
+        if len(args) == 2:
+            return {k: _coerce(f"{name}.{k}", v, args[1]) for k, v in value.items()}
         return value
     if annotation is Any:
         return value
@@ -83,67 +162,416 @@ def _coerce(name: str, value: Any, annotation: Any) -> Any:
     return value
 
 
-def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
-    """`["a=1", "b=x"]` -> `{"a": 1, "b": "x"}` (values parsed as YAML scalars)."""
+def parse_value(raw: str, annotation: Any = Any) -> Any:
+    """The value of one override or flag: the text itself for string fields (`null`/`none`
+    for None where allowed), else the text parsed as a YAML scalar."""
+    inner, optional = _optional_inner(annotation)
+    if optional and raw.strip().lower() in ("null", "none", "~"):
+        return None
+    if inner is str or (typing.get_origin(inner) is Literal and _all_str(inner)):
+        return raw
+    if not raw.strip():
+        return None
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"cannot parse {raw!r}: {str(e).splitlines()[0]}") from None
+
+
+def _all_str(literal: Any) -> bool:
+    return all(isinstance(c, str) for c in typing.get_args(literal))
+
+
+def _annotation_at(cls: type, dotted: str) -> Any:
+    """The annotation of a dotted key inside `cls` (Any when unknown: checked later)."""
+    annotation: Any = cls
+    for part in dotted.split("."):
+        inner, _ = _optional_inner(annotation)
+        if not _is_config(inner):
+            return Any
+        hints = _hints(inner)
+        names = {f.name: f.name for f in dataclasses.fields(inner)}
+        for f in dataclasses.fields(inner):
+            for alias in f.metadata.get(ALIASES, ()):
+                names[alias] = f.name
+        if part not in names:
+            return Any
+        annotation = hints[names[part]]
+    return annotation
+
+
+def parse_overrides(overrides: Sequence[str], cls: type | None = None) -> dict[str, Any]:
+    """`["a=1", "s.b=x"]` -> `{"a": 1, "s": {"b": "x"}}` (dotted keys become nested mappings).
+
+    Args:
+        overrides: `key=value` items.
+        cls: the config class, so that string fields keep their text (see `parse_value`).
+    """
     out: dict[str, Any] = {}
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not of the form key=value")
         key, raw = item.split("=", 1)
         key = key.strip()
-        out[key] = yaml.safe_load(raw) if raw.strip() else None
+        if not key:
+            raise ConfigError(f"override {item!r} has no key")
+        annotation = _annotation_at(cls, key) if cls is not None else Any
+        set_dotted(out, key, parse_value(raw, annotation))
     return out
 
 
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """data["a"]["b"] = value for key "a.b" (creating the mappings on the way)."""
+    *path, leaf = key.split(".")
+    node = data
+    for part in path:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {} if child is None or not dataclasses.is_dataclass(child) else to_dict(child)
+            node[part] = child
+        node = child
+    node[leaf] = value
+
+
+def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """`top` over `base`, recursively for mappings (a new dict; the inputs are unchanged)."""
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+# ----------------------------------------------------------------------------- building
 def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
-    """Build dataclass `cls` from a mapping, rejecting unknown keys and ill-typed values."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    hints = typing.get_type_hints(cls)
-    kwargs = {}
+    """Build dataclass `cls` from a mapping, rejecting unknown keys and ill-typed values.
+
+    Nested dataclass fields take mappings; renamed keys (metadata `aliases`) are accepted with
+    a DeprecationWarning.
+    """
+    fields = _fields(cls)
+    aliases = {a: f.name for f in fields.values() for a in f.metadata.get(ALIASES, ())}
+    hints = _hints(cls)
+    kwargs: dict[str, Any] = {}
     for key, value in data.items():
-        if key not in fields:
-            raise ConfigError(f"unknown key {key!r} in {source}" + _suggest(key, list(fields)))
-        kwargs[key] = _coerce(key, value, hints[key])
+        name = key
+        if key in aliases:
+            name = aliases[key]
+            warnings.warn(
+                f"{source}: key {key!r} is now called {name!r}; the old name will be removed "
+                "in tying 0.3",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        if name not in fields:
+            raise ConfigError(f"unknown key {key!r} in {source}" + _suggest(key, fields))
+        qualified = name if source in ("config", "overrides") else f"{source}.{name}"
+        kwargs[name] = _coerce(qualified, value, hints[name])
     try:
         return cls(**kwargs)
-    except TypeError as e:  # pragma: no cover - dataclass signature errors
-        raise ConfigError(str(e)) from e
+    except TypeError as e:
+        missing = [n for n, f in fields.items() if _required(f) and n not in kwargs]
+        if missing:
+            flags = ", ".join(flag_name(m) for m in missing)
+            where = "" if source in ("config", "overrides") else f"{source}: "
+            raise ConfigError(
+                f"{where}missing required setting(s) {', '.join(missing)} ({flags})"
+            ) from None
+        raise ConfigError(f"{source}: {e}") from None
 
 
-def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:
-    """A `cls` from defaults, then the YAML file at `path`, then `key=value` overrides."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise FileNotFoundError(f"config file {p} does not exist")
-        loaded = yaml.safe_load(p.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{p} must hold a mapping of key: value, got {type(loaded).__name__}")
-        for key in loaded:
-            if key not in {f.name for f in dataclasses.fields(cls)}:  # type: ignore[arg-type]
-                raise ConfigError(
-                    f"unknown key {key!r} in {p}"
-                    + _suggest(key, [f.name for f in dataclasses.fields(cls)])  # type: ignore[arg-type]
-                )
-        data.update(loaded)
-    data.update(parse_overrides(overrides))
-    return from_dict(cls, data, source=str(path) if path else "overrides")
+def _required(f: dataclasses.Field) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """The mapping in a YAML config file (ConfigError/FileNotFoundError with a one-line reason)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"config file {p} does not exist")
+    try:
+        loaded = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p} is not valid YAML: {str(e).splitlines()[0]}") from None
+    loaded = loaded or {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{p} must hold a mapping of key: value, got {type(loaded).__name__}")
+    return loaded
+
+
+def load_config(
+    cls: type[T],
+    path: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    flags: dict[str, Any] | None = None,
+) -> T:
+    """A `cls` from defaults, then the YAML file at `path`, then `key=value` overrides, then flags.
+
+    Args:
+        cls: the config dataclass.
+        path: a YAML file, or None.
+        overrides: `key=value` items (dotted keys for sections).
+        flags: values already parsed from CLI flags, as a nested mapping.
+    """
+    data: dict[str, Any] = read_yaml(path) if path is not None else {}
+    data = merge(data, parse_overrides(overrides, cls))
+    if flags:
+        data = merge(data, flags)
+    return from_dict(cls, data, source=str(path) if path else "config")
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
-    """A JSON/YAML-able dict of a config dataclass (tuples become lists)."""
+    """A JSON/YAML-able dict of a config dataclass (tuples become lists, sections mappings)."""
 
     def plain(v: Any) -> Any:
-        if isinstance(v, tuple | list):
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, tuple | list | frozenset | set):
             return [plain(x) for x in v]
         if isinstance(v, dict):
             return {k: plain(x) for k, x in v.items()}
         return v
 
-    return {k: plain(v) for k, v in dataclasses.asdict(cfg).items()}
+    return plain(cfg)
 
 
 def save_config(cfg: Any, path: str | Path) -> None:
     """Write a config dataclass as YAML."""
     Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+# ----------------------------------------------------------------------------- docs
+_ENTRY = re.compile(r"^(\s*)([A-Za-z_][\w, ]*?):\s+(.*)$")
+
+
+def field_help(cls: type) -> dict[str, str]:
+    """{field name: help text} from the "Attributes:" (or "Args:") section of `cls`'s docstring.
+
+    Google style: an entry is `name: text`, continued on lines indented deeper; `a, b: text`
+    documents several fields at once.
+    """
+    doc = inspect.getdoc(cls) or ""
+    out: dict[str, str] = {}
+    in_section = False
+    indent: int | None = None
+    current: list[str] = []
+    for line in doc.splitlines():
+        stripped = line.strip()
+        if stripped in ("Attributes:", "Args:"):
+            in_section, indent, current = True, None, []
+            continue
+        if not in_section:
+            continue
+        if not stripped:
+            continue
+        lead = len(line) - len(line.lstrip())
+        if lead == 0:  # a new top-level section or paragraph ends the attributes
+            in_section = False
+            continue
+        match = _ENTRY.match(line)
+        if match and (indent is None or len(match.group(1)) == indent):
+            indent = len(match.group(1))
+            current = [n.strip() for n in match.group(2).split(",")]
+            for name in current:
+                out[name] = match.group(3).strip()
+        elif current and indent is not None and lead > indent:
+            for name in current:
+                out[name] += " " + stripped
+    return out
+
+
+# ----------------------------------------------------------------------------- CLI
+def flag_name(dotted: str) -> str:
+    """`--max-steps` for "max_steps", `--train.lr` for "train.lr"."""
+    return "--" + dotted.replace("_", "-")
+
+
+def _type_label(annotation: Any) -> str:
+    inner, optional = _optional_inner(annotation)
+    origin = typing.get_origin(inner)
+    if origin is Literal:
+        label = "{" + ",".join(map(str, typing.get_args(inner))) + "}"
+    elif origin in (list, tuple):
+        label = "LIST"
+    elif origin is dict or inner is dict:
+        label = "MAP"
+    else:
+        label = getattr(inner, "__name__", "VALUE").upper()
+    return label + ("|null" if optional else "")
+
+
+def _choices(f: dataclasses.Field) -> list[str]:
+    """The choices a field's metadata names (`choices`: a callable or "module:function")."""
+    source = f.metadata.get(CHOICES)
+    if source is None:
+        return []
+    if isinstance(source, str):
+        module, _, attr = source.partition(":")
+        source = getattr(importlib.import_module(module), attr)
+    return [str(c) for c in source()]
+
+
+def _default_text(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        return "required"
+    if dataclasses.is_dataclass(value):
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(map(str, value)) + "]"
+    if isinstance(value, int) and abs(value) >= 10_000:
+        return f"{value:_}".replace("_", ",")
+    return str(value)
+
+
+class _StoreDotted(argparse.Action):
+    """Stores a flag's raw text under `namespace._flags[dotted key]` (parsed later)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        flags = getattr(namespace, "_flags", None)
+        if flags is None:
+            flags = {}
+            namespace._flags = flags
+        flags[self.dest] = values
+
+
+class _BoolDotted(argparse.Action):
+    """`--name` / `--no-name` for a bool field, stored like `_StoreDotted`."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        kwargs.pop("nargs", None)
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        _StoreDotted.__call__(
+            self, parser, namespace, not str(option_string).startswith("--no-"), option_string
+        )
+
+
+def add_config_arguments(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    *,
+    exclude: Iterable[str] = (),
+    prefix: str = "",
+    group: Any = None,
+) -> None:
+    """Add a flag for every field of `cls` (recursively for sections), help from the docstring.
+
+    Positional fields (`positional()`) become positional arguments. Flags store raw text;
+    `config_from_args` parses and checks it, so a flag, a YAML key and a `key=value`
+    override of the same field mean the same thing.
+
+    Args:
+        parser: the verb's parser.
+        cls: the options/config dataclass.
+        exclude: field names (dotted for sections) without a flag.
+        prefix: dotted prefix of a section (internal).
+        group: argument group for a section (internal).
+    """
+    excluded = set(exclude)
+    helps = field_help(cls)
+    hints = _hints(cls)
+    target = group if group is not None else parser
+    for f in dataclasses.fields(cls):
+        dotted = f"{prefix}{f.name}"
+        if not f.init or dotted in excluded or f.metadata.get(CLI) is False:
+            continue
+        annotation = hints[f.name]
+        inner, _ = _optional_inner(annotation)
+        if _is_config(inner):
+            section = parser.add_argument_group(
+                f"{dotted} (section; also `{dotted}.KEY=VALUE`)", helps.get(f.name)
+            )
+            add_config_arguments(
+                parser, inner, exclude=excluded, prefix=f"{dotted}.", group=section
+            )
+            continue
+        text = helps.get(f.name, "")
+        default = _default_text(f)
+        if f.metadata.get(POSITIONAL):
+            many = typing.get_origin(inner) in (list, tuple)
+            target.add_argument(
+                f.name,
+                nargs=("+" if _required(f) else "*") if many else (None if _required(f) else "?"),
+                metavar=f.name.upper(),
+                help=text,
+                default=argparse.SUPPRESS,
+            )
+            continue
+        help_text = f"{text.rstrip('.')} (default: {default})" if default else text
+        choices = _choices(f)
+        if inner is bool:
+            target.add_argument(
+                flag_name(dotted),
+                "--no-" + flag_name(dotted)[2:],
+                dest=dotted,
+                action=_BoolDotted,
+                help=help_text,
+                default=argparse.SUPPRESS,
+            )
+            continue
+        many = typing.get_origin(inner) in (list, tuple)
+        target.add_argument(
+            flag_name(dotted),
+            dest=dotted,
+            action=_StoreDotted,
+            nargs="+" if many else None,
+            metavar="{" + ",".join(choices) + "}" if choices else _type_label(annotation),
+            help=help_text.replace("%", "%%"),
+            default=argparse.SUPPRESS,
+        )
+
+
+def flags_from_args(cls: type, namespace: argparse.Namespace) -> dict[str, Any]:
+    """The flags and positionals given on the command line, parsed, as a nested mapping."""
+    out: dict[str, Any] = {}
+    raw: dict[str, Any] = dict(getattr(namespace, "_flags", {}) or {})
+    for f in dataclasses.fields(cls):
+        if f.metadata.get(POSITIONAL) and hasattr(namespace, f.name):
+            raw[f.name] = getattr(namespace, f.name)
+    for dotted, value in raw.items():
+        annotation = _annotation_at(cls, dotted)
+        if isinstance(value, bool) or value is None:
+            parsed = value
+        elif isinstance(value, list):
+            inner, _ = _optional_inner(annotation)
+            args = typing.get_args(inner)
+            item = args[0] if args else Any
+            parsed = [parse_value(v, item) if isinstance(v, str) else v for v in value]
+        else:
+            parsed = parse_value(value, annotation)
+        set_dotted(out, dotted, parsed)
+    return out
+
+
+def split_config_items(items: Sequence[str]) -> tuple[str | None, list[str]]:
+    """(YAML file or None, `key=value` overrides) from the positional items of a config verb:
+    an optional file first, then overrides."""
+    path = None
+    items = list(items)
+    if items and "=" not in items[0]:
+        path, items = items[0], items[1:]
+    bad = [i for i in items if "=" not in i]
+    if bad:
+        raise ConfigError(f"expected key=value after the config file, got {bad[0]!r}")
+    return path, items
+
+
+def config_from_args(
+    cls: type[T],
+    namespace: argparse.Namespace,
+    path: str | Path | None = None,
+    overrides: Sequence[str] = (),
+) -> T:
+    """`cls` from defaults < YAML `path` < `key=value` overrides < flags and positionals."""
+    return load_config(cls, path, overrides, flags_from_args(cls, namespace))

@@ -7,6 +7,8 @@ from pathlib import Path
 
 #: Environment variable that points to the data folder (default: ../shared/data beside the repository).
 DATA_DIR_ENV = "TYING_DATA_DIR"
+#: Environment variable that points to the benchmark folder (default: <data folder>/bench).
+BENCH_DIR_ENV = "TYING_BENCH_DIR"
 
 
 def repo_root() -> Path:
@@ -33,6 +35,17 @@ def gutenberg_train() -> Path:
 def gutenberg_validation() -> Path:
     """The default held-out text (validation.jsonl.xz)."""
     return data_dir() / "corpus" / "gutenberg" / "validation.jsonl.xz"
+
+
+def bench_dir() -> Path:
+    """The benchmark folder: $TYING_BENCH_DIR, else `data_dir()/bench`.
+
+    Holds gsm8k/{train,test}.jsonl, svamp/SVAMP.json, mbpp/mbpp.jsonl, humaneval/HumanEval.jsonl.gz.
+    """
+    env = os.environ.get(BENCH_DIR_ENV)
+    if env:
+        return Path(env).expanduser()
+    return data_dir() / "bench"
 
 
 def cache_dir() -> Path:

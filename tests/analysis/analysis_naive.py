@@ -45,30 +45,46 @@ def consistency(E: np.ndarray, U: np.ndarray) -> dict[str, float]:
     }
 
 
-def alignment(src: np.ndarray, tgt: np.ndarray) -> dict[str, float | None]:
+def alignment(src: np.ndarray, tgt: np.ndarray, identity: str = "raw") -> dict[str, float | None]:
     S = src - src.mean(axis=0)
     T = tgt - tgt.mean(axis=0)
-    identity = mean_row_cosine(S, T) if S.shape[1] == T.shape[1] else None
-    if S.shape[1] == T.shape[1]:
+    same = S.shape[1] == T.shape[1]
+    ident = None
+    if same:
+        ident = mean_row_cosine(src, tgt) if identity == "raw" else mean_row_cosine(S, T)
+    if same:
         R, _ = sla.orthogonal_procrustes(S, T)
     else:
         A, _, Bh = np.linalg.svd(S.T @ T, full_matrices=False)
         R = A @ Bh
     W, *_ = np.linalg.lstsq(S, T, rcond=None)
     return {
-        "identity": identity,
+        "identity": ident,
         "orthogonal": mean_row_cosine(S @ R, T),
         "linear": mean_row_cosine(S @ W, T),
     }
 
 
-def knn_sets(X: np.ndarray, k: int) -> list[set[int]]:
-    """k cosine nearest neighbours of every row (self excluded), by a full float64 argsort."""
-    Xn = X / np.linalg.norm(X, axis=1, keepdims=True)
-    S = Xn @ Xn.T
+def cosine_matrix(X: np.ndarray) -> np.ndarray:
+    """(V, V) float64 cosines, each entry summed by the same elementwise reduction (not a BLAS
+    product, whose edge kernels can round equal dot products differently), so that equal rows
+    give bitwise-equal entries; zero rows have cosine 0."""
+    norms = np.linalg.norm(X, axis=1, keepdims=True)
+    Xn = np.divide(X, norms, out=np.zeros_like(X), where=norms > 0)
+    return np.stack([(Xn * row).sum(axis=1) for row in Xn])
+
+
+def knn_lists(X: np.ndarray, k: int) -> np.ndarray:
+    """(V, k) cosine nearest neighbours of every row (self excluded), by a full float64 stable
+    argsort: decreasing cosine, equal cosines by increasing index."""
+    S = cosine_matrix(X)
     np.fill_diagonal(S, -np.inf)
-    order = np.argsort(-S, axis=1, kind="stable")[:, :k]
-    return [set(row.tolist()) for row in order]
+    return np.argsort(-S, axis=1, kind="stable")[:, :k]
+
+
+def knn_sets(X: np.ndarray, k: int) -> list[set[int]]:
+    """k cosine nearest neighbours of every row (self excluded), as sets."""
+    return [set(row.tolist()) for row in knn_lists(X, k)]
 
 
 def knn_overlap(A: np.ndarray, B: np.ndarray, k: int) -> float:
@@ -76,17 +92,23 @@ def knn_overlap(A: np.ndarray, B: np.ndarray, k: int) -> float:
     return float(np.mean([len(a & b) / k for a, b in zip(na, nb, strict=True)]))
 
 
-def knn_adjacency(X: np.ndarray, k: int) -> np.ndarray:
+def knn_adjacency(X: np.ndarray, k: int, weights: str = "half") -> np.ndarray:
+    """Directed 0/1 kNN matrix K; "half": (K + K^T)/2, "binary": the union (max of K, K^T)."""
     V = X.shape[0]
-    G = np.zeros((V, V))
+    K = np.zeros((V, V))
     for v, nbrs in enumerate(knn_sets(X, k)):
         for u in nbrs:
-            G[v, u] = G[u, v] = 1.0
-    return G
+            K[v, u] = 1.0
+    return (K + K.T) / 2 if weights == "half" else np.maximum(K, K.T)
 
 
-def spectral_distance(A: np.ndarray, B: np.ndarray, k: int, n_components: int) -> float:
-    Ga, Gb = knn_adjacency(A, k), knn_adjacency(B, k)
+def spectral_distance(
+    A: np.ndarray, B: np.ndarray, k: int, n_components: int, definition: str = "published"
+) -> float:
+    """Published: half-weight graphs, ||Z_a − Z_b||_2 / min(||Z_a||_2, ||Z_b||_2) with the
+    spectral norm (largest singular value); "union-frobenius": binary graphs, Frobenius."""
+    weights, order = ("half", 2) if definition == "published" else ("binary", "fro")
+    Ga, Gb = knn_adjacency(A, k, weights), knn_adjacency(B, k, weights)
     C = (Ga + Gb) / 2
     M = np.block([[Ga, C], [C, Gb]])
     evals, evecs = np.linalg.eigh(M)
@@ -94,4 +116,8 @@ def spectral_distance(A: np.ndarray, B: np.ndarray, k: int, n_components: int) -
     Z = evecs[:, top] * np.sqrt(np.abs(evals[top]))
     V = A.shape[0]
     Za, Zb = Z[:V], Z[V:]
-    return float(np.linalg.norm(Za - Zb) / min(np.linalg.norm(Za), np.linalg.norm(Zb)))
+
+    def norm(X: np.ndarray) -> float:
+        return float(np.linalg.norm(X, order))
+
+    return norm(Za - Zb) / min(norm(Za), norm(Zb))

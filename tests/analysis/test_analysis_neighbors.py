@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from types import ModuleType
 
+import numpy as np
 import pytest
 import torch
 
@@ -44,6 +45,75 @@ def test_tile_selection_is_exact(m: int) -> None:
         v, i = _top_cols(S, m, chunk)
         assert torch.equal(v, S.topk(m, dim=0).values.T)
         assert torch.equal(S.T.gather(1, i), v)
+
+
+@pytest.mark.parametrize("m", [1, 3, 7])
+def test_tile_selection_breaks_ties_by_index(m: int) -> None:
+    """Values on a coarse grid tie everywhere: the order is (value desc, index asc)."""
+    S = torch.randint(0, 4, (96, 192), generator=torch.Generator().manual_seed(m)).float()
+    for chunk in (1, 4, 8, 5):
+        v, i = _top_rows(S, m, chunk)
+        order = torch.from_numpy(np.argsort(-S.numpy(), axis=1, kind="stable")[:, :m])
+        assert torch.equal(i, order)
+        assert torch.equal(v, S.gather(1, order))
+        v, i = _top_cols(S, m, chunk)
+        order = torch.from_numpy(np.argsort(-S.T.numpy(), axis=1, kind="stable")[:, :m])
+        assert torch.equal(i, order)
+
+
+def _with_duplicates(V: int, d: int, seed: int) -> tuple[torch.Tensor, list[list[int]]]:
+    """A low-rank matrix in which groups of rows are exact copies of one row (spread over the
+    index range, as SmolLM2's 15 duplicated embedding rows are), plus one zero row."""
+    X = _low_rank(V, d, seed)
+    groups = [[3, 40, 41, 200, V - 1], [7, 8], [100, 150, 151, 152, 260, 261, 262]]
+    for group in groups:
+        X[group] = X[group[0]].clone()
+    X[50] = 0.0
+    return X, groups
+
+
+@pytest.mark.parametrize(("block_size", "chunk"), [(8192, None), (64, 4), (100, 2), (37, 1)])
+def test_ties_from_duplicated_rows_break_by_index(
+    naive: ModuleType, block_size: int, chunk: int | None
+) -> None:
+    X, groups = _with_duplicates(300, 16, seed=13)
+    k = 6  # the 7-row group forces ties at the boundary of every member's list
+    got = knn_indices(X, k, block_size=block_size, chunk=chunk)
+    assert torch.equal(got, torch.from_numpy(naive.knn_lists(naive.as64(X), k)))
+    # A member's list starts with the other members of its group, lowest indices first.
+    members = groups[2]
+    for v in members:
+        assert got[v].tolist() == [u for u in members if u != v][:k]
+    # The zero row has cosine 0 with every row: its neighbours are the k lowest indices.
+    assert got[50].tolist() == list(range(k))
+
+
+def test_tie_breaking_is_the_same_in_both_matrices() -> None:
+    """E and E·diag(g) share their duplicated rows; index tie-breaking picks the same copies in
+    both, so the KNN@k overlap is invariant under a joint permutation of the rows."""
+    X, _ = _with_duplicates(300, 16, seed=14)
+    gain = torch.rand(16, generator=torch.Generator().manual_seed(15)) + 0.5
+    Y = X * gain
+    base = knn_overlap(X, Y, 6)
+    for seed in range(3):
+        perm = torch.randperm(300, generator=torch.Generator().manual_seed(seed))
+        assert knn_overlap(X[perm], Y[perm], 6) == base
+    # Run twice, same lists (deterministic), also with another tiling.
+    assert torch.equal(knn_indices(X, 6), knn_indices(X, 6))
+    assert torch.equal(knn_indices(X, 6), knn_indices(X, 6, block_size=64, chunk=4))
+
+
+def test_lists_are_permutation_equivariant_without_ties() -> None:
+    X = _low_rank(500, 16, seed=16)
+    perm = torch.randperm(500, generator=torch.Generator().manual_seed(17))
+    inverse = torch.argsort(perm)
+    permuted = knn_indices(X[perm], 8, block_size=128)  # row i is token perm[i]
+    assert torch.equal(perm[permuted][inverse], knn_indices(X, 8, block_size=128))
+
+
+def test_prefix_of_a_longer_list_is_the_shorter_list() -> None:
+    X, _ = _with_duplicates(300, 16, seed=18)
+    assert torch.equal(knn_indices(X, 32)[:, :6], knn_indices(X, 6))
 
 
 def test_tile_matmul_is_float32_product() -> None:

@@ -34,17 +34,38 @@ def _low_rank(V: int, d: int, seed: int) -> torch.Tensor:
     )
 
 
-def test_knn_graph_is_the_binary_union() -> None:
+def test_knn_graph_weights_by_hand() -> None:
+    # Mutual pairs 0-1, 0-2, 2-3 get weight 1; one-way 1 -> 2 and 3 -> 1 get 1/2.
     idx = torch.tensor([[1, 2], [0, 2], [3, 0], [2, 1]])
-    G = knn_graph(idx).toarray()
-    expected = np.zeros((4, 4), dtype=np.float32)
-    for u, row in enumerate(idx.tolist()):
-        for v in row:
-            expected[u, v] = expected[v, u] = 1.0
-    assert np.array_equal(G, expected)
-    assert np.array_equal(G, G.T) and not G.diagonal().any()
+    half = knn_graph(idx).toarray()
+    expected = np.array(
+        [
+            [0.0, 1.0, 1.0, 0.0],  # 0-2: 0 lists 2 and 2 lists 0
+            [1.0, 0.0, 0.5, 0.5],  # 1-2: only 1 lists 2; 1-3: only 3 lists 1
+            [1.0, 0.5, 0.0, 1.0],
+            [0.0, 0.5, 1.0, 0.0],
+        ],
+        dtype=np.float32,
+    )
+    assert np.array_equal(half, expected)
+    binary = knn_graph(idx, weights="binary").toarray()
+    assert np.array_equal(binary, (expected > 0).astype(np.float32))
+    # A self entry is dropped, not counted.
+    assert not knn_graph(torch.tensor([[0, 1], [0, 1]])).toarray().diagonal().any()
     with pytest.raises(ValueError, match="lie in"):
         knn_graph(torch.tensor([[1], [5]]))
+    with pytest.raises(ValueError, match="weights must be one of"):
+        knn_graph(idx, weights="union")
+
+
+def test_omnibus_distance_norms_by_hand() -> None:
+    # Z_A = diag(3, 1), Z_B = diag(1, 1): Z_A − Z_B = diag(2, 0).
+    Z = torch.tensor([[3.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    assert omnibus_distance(Z) == pytest.approx(2.0 / 1.0, rel=1e-15)  # spectral: 2 / min(3, 1)
+    frob = omnibus_distance(Z, "frobenius")
+    assert frob == pytest.approx(2.0 / math.sqrt(2.0), rel=1e-15)  # 2 / min(√10, √2)
+    with pytest.raises(ValueError, match="norm must be one of"):
+        omnibus_distance(Z, "nuclear")
 
 
 def test_circle_graph_is_the_cycle_and_its_spectrum_is_known() -> None:
@@ -85,13 +106,33 @@ def test_operator_matches_the_formed_omnibus_matrix() -> None:
     assert np.allclose(op.matvec(x), omnibus_matrix(ga, gb) @ x, atol=1e-12)
 
 
-def test_spectral_distance_agrees_with_naive(naive: ModuleType) -> None:
+@pytest.mark.parametrize("definition", ["published", "union-frobenius"])
+def test_spectral_distance_agrees_with_naive(naive: ModuleType, definition: str) -> None:
     A = _low_rank(240, 12, 5)
     B = A + 0.7 * torch.randn(240, 12, generator=torch.Generator().manual_seed(6))
-    ref = naive.spectral_distance(naive.as64(A), naive.as64(B), k=6, n_components=16)
+    ref = naive.spectral_distance(naive.as64(A), naive.as64(B), 6, 16, definition)
     for method in ("dense", "arpack"):
-        got = spectral_distance(A, B, k=6, n_components=16, method=method)
+        got = spectral_distance(A, B, k=6, n_components=16, definition=definition, method=method)
         assert got == pytest.approx(ref, rel=1e-4)
+    dense64 = spectral_distance(A, B, 6, 16, definition=definition, method="dense")
+    assert dense64 == pytest.approx(ref, rel=1e-10)
+
+
+def test_the_two_definitions_differ(naive: ModuleType) -> None:
+    """Same graphs and eigensolver, different weights and norm: different numbers (the naive
+    float64 formulas agree on which is which)."""
+    A = _low_rank(300, 10, 12)
+    B = A + 0.5 * torch.randn(300, 10, generator=torch.Generator().manual_seed(13))
+    pub = spectral_distance(A, B, 8, 20, method="dense")
+    ours = spectral_distance(A, B, 8, 20, definition="union-frobenius", method="dense")
+    assert abs(pub - ours) > 0.01
+    a64, b64 = naive.as64(A), naive.as64(B)
+    assert pub == pytest.approx(naive.spectral_distance(a64, b64, 8, 20), rel=1e-10)
+    assert ours == pytest.approx(
+        naive.spectral_distance(a64, b64, 8, 20, "union-frobenius"), rel=1e-10
+    )
+    with pytest.raises(ValueError, match="unknown spectral distance definition"):
+        spectral_distance(A, B, 8, 20, definition="frobenius")
 
 
 def test_spectral_distance_properties() -> None:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 
 import numpy as np
 import pytest
 
+from tying.cli import main
 from tying.data import shards as shards_mod
 from tying.data.readers import describe_source
 from tying.data.shards import (
@@ -259,25 +259,13 @@ def test_gutenberg_validation_prefix(gpt2, tmp_path):
 
 
 def test_tokenize_command(corpus, tmp_path, capsys):
-    from tying.commands import tokenize as command
-
-    parser = argparse.ArgumentParser()
-    command.add_arguments(parser)
-    args = parser.parse_args(
-        [
-            str(corpus[0]),
-            "--out",
-            str(tmp_path / "out"),
-            "--no-progress",
-            "--json",
-            "--shard-tokens",
-            "50",
-        ]
-    )
-    assert command.run(args) == 0
+    args = ["tokenize", str(corpus[0]), "--out", str(tmp_path / "out"), "--no-progress"]
+    assert main([*args, "--json", "--shard-tokens", "50"]) == 0
     summary = json.loads(capsys.readouterr().out)
     manifest = Manifest.load(tmp_path / "out")
     assert summary["tokens"] == manifest.num_tokens and summary["shards"] == len(manifest.shards)
-    args = parser.parse_args([str(corpus[0]), "--cache-root", str(tmp_path / "c"), "--no-progress"])
-    assert command.run(args) == 0
+    assert (
+        main(["tokenize", str(corpus[0]), "--cache-root", str(tmp_path / "c"), "--no-progress"])
+        == 0
+    )
     assert "documents" in capsys.readouterr().out

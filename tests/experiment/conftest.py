@@ -8,7 +8,7 @@ from pathlib import Path
 def minimal_overrides(corpus: dict[str, Path], out_dir: Path) -> list[str]:
     """Overrides of configs/experiments/minimal.yaml that train on the small corpus."""
     return [
-        f"out_dir={out_dir}",
+        f"out={out_dir}",
         f"train.data={corpus['train']}",
         f"train.val_data={corpus['val']}",
         f"train.tokenizer={corpus['tokenizer']}",

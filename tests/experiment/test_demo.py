@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
+import torch
 
+from tying.cli import main
 from tying.train.metrics import read_metrics
 
 
@@ -35,18 +36,20 @@ def _demo_args(small_corpus, tiny_teacher, out) -> list[str]:
 
 
 def test_demo_cli(small_corpus, tiny_teacher, tmp_path, capsys) -> None:
-    from tying.commands import demo
-
-    parser = argparse.ArgumentParser()
-    demo.add_arguments(parser)
     out = tmp_path / "demo"
-    assert demo.run(parser.parse_args(_demo_args(small_corpus, tiny_teacher, out))) == 0
+    assert main(["demo", *_demo_args(small_corpus, tiny_teacher, out)]) == 0
     printed = capsys.readouterr().out
     assert str(out / "report.html") in printed and "teacher-pit-s0" in printed
     report = json.loads((out / "report.json").read_text())
     assert (out / "report.md").is_file() and (out / "report.html").is_file()
     assert [r["name"] for r in report["runs"]] == ["teacher-tt-s0", "teacher-pit-s0"]
-    assert report["teacher"]["consistency"]["raw"]["delta_ti"] >= 0
+    # the teacher is tied (U = E): its raw delta_ti is ||E^T E - I||_F, computed here directly
+    from transformers import AutoModelForCausalLM
+
+    E = AutoModelForCausalLM.from_pretrained(tiny_teacher).get_input_embeddings().weight
+    E = E.detach().double()
+    direct = float(torch.linalg.matrix_norm(E.T @ E - torch.eye(E.shape[1], dtype=E.dtype)))
+    assert report["teacher"]["consistency"]["raw"]["delta_ti"] == pytest.approx(direct, rel=1e-5)
     assert "norm_frequency" in report["teacher"]
     for run in report["runs"]:
         rows = [r for r in read_metrics(run["run_dir"]) if "lr" in r]
@@ -61,6 +64,6 @@ def test_demo_cli(small_corpus, tiny_teacher, tmp_path, capsys) -> None:
     ]
     # a second run skips the finished runs
     mtime = (out / "runs" / "teacher-tt-s0" / "metrics.jsonl").stat().st_mtime_ns
-    assert demo.run(parser.parse_args(_demo_args(small_corpus, tiny_teacher, out))) == 0
+    assert main(["demo", *_demo_args(small_corpus, tiny_teacher, out)]) == 0
     assert "already finished" in capsys.readouterr().out
     assert (out / "runs" / "teacher-tt-s0" / "metrics.jsonl").stat().st_mtime_ns == mtime

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 import torch
 
+from tying.cli import main
 from tying.commands import convert as convert_cmd
 from tying.commands import export as export_cmd
 from tying.hf import interface_of, load, named_model_path
@@ -16,9 +16,7 @@ from tying.interface import PseudoInverseTying
 
 
 def _run(module, argv: list[str]) -> int:
-    parser = argparse.ArgumentParser()
-    module.add_arguments(parser)
-    return module.run(parser.parse_args(argv))
+    return main([module.__name__.rsplit(".", 1)[-1], *argv])
 
 
 def test_convert_then_export_cli(tiny, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -73,11 +71,11 @@ def test_convert_then_export_cli(tiny, tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_cli_errors(tiny, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert _run(convert_cmd, [str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 1
+    assert _run(convert_cmd, [str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
     assert "no such file" in capsys.readouterr().err
     assert _run(convert_cmd, ["x.gguf", "--tie", "tt", "--trainable-z", "--out", "o"]) == 2
     tiny.model("llama").save_pretrained(tmp_path / "plain")
-    assert _run(export_cmd, [str(tmp_path / "plain"), "--out", str(tmp_path / "o")]) == 1
+    assert _run(export_cmd, [str(tmp_path / "plain"), "--out", str(tmp_path / "o")]) == 2
     assert "neither a converted model folder" in capsys.readouterr().err
 
 

@@ -223,7 +223,7 @@ def test_bad_arguments(tiny) -> None:
     model = tiny.model("llama")
     with pytest.raises(ValueError, match="tie must be"):
         convert(model, "weird")
-    with pytest.raises(ValueError, match="t_init applies"):
+    with pytest.raises(ValueError, match="t_init does not apply to tie='tt'"):
         convert(model, "tt", t_init="output")
     with pytest.raises(ValueError, match="source must be"):
         convert(model, "pit", source="both")

@@ -16,9 +16,9 @@ from tying.hf import (
     interface_of,
     is_converted_folder,
     load,
-    load_for_export,
 )
 from tying.interface import PseudoInverseTying, TransposeTying
+from tying.loader import load_for_export
 
 
 def _logits(model, ids):

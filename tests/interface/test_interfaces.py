@@ -175,3 +175,23 @@ def test_mismatched_untied_shapes() -> None:
 def test_unknown_tie() -> None:
     with pytest.raises(ValueError, match="tie must be one of"):
         build_interface("transpose", 10, 2)
+
+
+@pytest.mark.parametrize("tie", TIES)
+@pytest.mark.parametrize("chunk", [1, 7, 64, 100])
+def test_logit_chunks_are_the_logits_by_columns(tie, chunk) -> None:
+    iface = make(tie)
+    if tie != "tt":  # a bias, to check it is cut with the columns
+        iface.bias = torch.nn.Parameter(torch.randn(64))
+    h = torch.randn(3, 5, 16)
+    blocks = list(iface.logit_chunks(h, chunk))
+    assert [v0 for v0, _ in blocks] == list(range(0, 64, chunk))
+    assert all(z.shape[:-1] == (3, 5) for _, z in blocks)
+    torch.testing.assert_close(torch.cat([z for _, z in blocks], -1), iface.logits(h))
+    with pytest.raises(ValueError, match="chunk_size"):
+        next(iface.logit_chunks(h, 0))
+
+
+def test_manifold_tensors() -> None:
+    assert make("pit").manifold_tensors == ("z",)
+    assert make("tt").manifold_tensors == () == make("untied").manifold_tensors

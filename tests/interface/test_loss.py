@@ -86,8 +86,8 @@ def test_multidimensional_inputs_are_flattened() -> None:
 
 def _interfaces(V: int, d: int):
     g = torch.Generator().manual_seed(0)
-    yield Untied.scratch(V, d, generator=g, std=0.3)
-    yield TransposeTying.scratch(V, d, generator=g, std=0.3)
+    yield Untied.scratch(V, d, generator=g, init_std=0.3)
+    yield TransposeTying.scratch(V, d, generator=g, init_std=0.3)
     pit = PseudoInverseTying.scratch(V, d, generator=g, trainable_z=True)
     with torch.no_grad():
         pit.l_param.diagonal().normal_(0, 0.2)

@@ -9,11 +9,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tying.model.decoder import Decoder
-from tying.model.presets import preset_config
-from tying.models import LoadedModel, wrap_model
+from tying.decoder.decoder import Decoder
+from tying.decoder.presets import preset_config
+from tying.loader import LoadedModel, wrap_model
 
-from ..conftest import random_llama, word_tokenizer  # noqa: F401 (re-exported to the tests)
+from ..conftest import random_llama, train_tiny, word_tokenizer  # noqa: F401 (re-exported)
 
 VOCAB = 64
 D = 64
@@ -105,29 +105,5 @@ def tiny_corpus(make_corpus) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def tiny_run(tiny_corpus, lens_cache, tmp_path_factory) -> Path:
     """A finished 4-step training run of the tiny preset on the tiny corpus (a run folder)."""
-    from tying.train.config import TrainConfig
-    from tying.train.loop import train
-
     out = tmp_path_factory.mktemp("runs") / "tiny-tt"
-    cfg = TrainConfig(
-        data=str(tiny_corpus["train"]),
-        val_data="",
-        tokenizer=str(tiny_corpus["tokenizer"]),
-        preset="tiny",
-        seq_len=32,
-        micro_batch_size=4,
-        global_batch_tokens=128,
-        max_steps=4,
-        warmup_steps=1,
-        lr=3e-3,
-        eval_every=0,
-        checkpoint_every=0,
-        precision="fp32",
-        progress=False,
-        tensorboard=False,
-        out_dir=str(out),
-    )
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TYING_CACHE_DIR", str(lens_cache))
-        train(cfg)
-    return out
+    return train_tiny(tiny_corpus, out, lens_cache)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 
 import pytest
 
+from tying.cli import main
 from tying.commands import lens as lens_cmd
 from tying.commands import plot as plot_cmd
 from tying.commands import trace as trace_cmd
@@ -18,9 +18,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def _run(module, argv: list[str]) -> int:
-    parser = argparse.ArgumentParser()
-    module.add_arguments(parser)
-    return module.run(parser.parse_args([str(a) for a in argv]))
+    return main([module.__name__.rsplit(".", 1)[-1], *[str(a) for a in argv]])
 
 
 def test_lens_verb_logit_and_tuned(tmp_path, tiny_run, tiny_corpus, capsys) -> None:
@@ -55,6 +53,7 @@ def test_lens_verb_logit_and_tuned(tmp_path, tiny_run, tiny_corpus, capsys) -> N
     again = tmp_path / "again"
     argv = [tiny_run, "--kind", "tuned", "--data", tiny_corpus["val"], "--out", again]
     argv += ["--max-tokens", 256, "--seq-len", 32, "--tuned-from", out / "tuned", "--no-progress"]
+    argv += ["--precision", "fp32"]
     assert _run(lens_cmd, argv) == 0
     reused = json.loads((again / "lens.json").read_text())["models"][0]
     assert reused["kl"] == pytest.approx(records[1]["kl"], rel=1e-6, abs=1e-9)
@@ -65,7 +64,7 @@ def test_lens_verb_rejects_bad_budget(tmp_path, tiny_run, capsys) -> None:
     argv = [tiny_run, "--kind", "tuned", "--out", tmp_path, "--seq-len", 32]
     argv += ["--train-tokens-per-step", 40]
     assert _run(lens_cmd, argv) == 2
-    assert "multiple of --seq-len" in capsys.readouterr().err
+    assert "multiple of seq_len" in capsys.readouterr().err
     argv = [tiny_run, "--kind", "tuned", "--out", tmp_path, "--tuned-from", tmp_path / "none"]
     assert _run(lens_cmd, argv) == 2
     assert "lens.safetensors" in capsys.readouterr().err

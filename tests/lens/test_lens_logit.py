@@ -10,7 +10,7 @@ import torch
 
 from tying.hf import HFCausalLM, convert
 from tying.lens import FinalDistribution, LogitLens, evaluate_lens, kl_bits, logit_lens_kl
-from tying.models import wrap_model
+from tying.loader import wrap_model
 
 from .conftest import LAYERS, VOCAB, loaded, tiny_decoder, tiny_llama
 

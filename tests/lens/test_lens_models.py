@@ -1,4 +1,4 @@
-"""`tying.models`: one resolver for runs and Hugging Face models; lens data windows."""
+"""`tying.loader`: one resolver for runs and Hugging Face models; lens data windows."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from tying.data.shards import ensure_shards, open_shards
+from tying.decoder.decoder import Decoder
 from tying.lens.data import eval_window_count, training_steps, window_batches
-from tying.model.decoder import Decoder
-from tying.models import is_run_spec, load_any, safe_name, vocabulary_strings
+from tying.loader import is_run_spec, load_any, safe_name, vocabulary_strings
 
 from .conftest import tiny_llama, word_tokenizer
 
@@ -49,8 +49,8 @@ def test_load_any_plain_hf_folder(tmp_path, tied) -> None:
 
 
 def test_wrap_model_unwraps_the_hf_wrapper_of_our_decoder() -> None:
-    from tying.model.hf import TyingConfig, TyingForCausalLM
-    from tying.models import wrap_model
+    from tying.hf.decoder_lm import TyingConfig, TyingForCausalLM
+    from tying.loader import wrap_model
 
     from .conftest import tiny_decoder
 

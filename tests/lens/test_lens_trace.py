@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from tying.hf import HFCausalLM, convert
 from tying.lens import format_trace, plot_trace, transition_trace
-from tying.models import wrap_model
+from tying.loader import wrap_model
 
 from .conftest import LAYERS, SEQ, loaded, sample_chain, tiny_llama
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ..conftest import random_llama, word_tokenizer, word_vocab  # noqa: F401 (re-exported)
+from ..conftest import random_llama, train_tiny, word_tokenizer, word_vocab  # noqa: F401 (re-exported)
 
 #: BPE vocabulary of the tiny corpus (>= the tiny preset's d = 256: consistency needs V >= d).
 BPE_VOCAB = 300
@@ -34,40 +34,11 @@ def probe_corpus(make_corpus) -> dict[str, Path]:
     return make_corpus("probe-corpus", 100_000, 0.75, BPE_VOCAB)
 
 
-def _train(corpus: dict[str, Path], out: Path, cache: Path, **overrides) -> Path:
-    from tying.train.config import TrainConfig
-    from tying.train.loop import train
-
-    settings = dict(
-        data=str(corpus["train"]),
-        val_data="",
-        tokenizer=str(corpus["tokenizer"]),
-        preset="tiny",
-        seq_len=32,
-        micro_batch_size=4,
-        global_batch_tokens=128,
-        max_steps=4,
-        warmup_steps=1,
-        lr=3e-3,
-        eval_every=0,
-        checkpoint_every=0,
-        precision="fp32",
-        progress=False,
-        tensorboard=False,
-        out_dir=str(out),
-    )
-    settings.update(overrides)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TYING_CACHE_DIR", str(cache))
-        train(TrainConfig(**settings))
-    return out
-
-
 @pytest.fixture(scope="session")
 def tt_run(probe_corpus, probe_cache, tmp_path_factory) -> Path:
     """A 6-step TT run of the tiny preset (d = 256, V = 300) with checkpoints at 2, 4 and 6."""
     out = tmp_path_factory.mktemp("runs") / "tiny-tt"
-    return _train(
+    return train_tiny(
         probe_corpus, out, probe_cache, max_steps=6, checkpoint_every=2, keep_last=3, tie="tt"
     )
 
@@ -76,7 +47,7 @@ def tt_run(probe_corpus, probe_cache, tmp_path_factory) -> Path:
 def pit_run(probe_corpus, probe_cache, tmp_path_factory) -> Path:
     """A 2-step PIT run of the tiny preset (one checkpoint)."""
     out = tmp_path_factory.mktemp("runs") / "tiny-pit"
-    return _train(probe_corpus, out, probe_cache, max_steps=2, tie="pit")
+    return train_tiny(probe_corpus, out, probe_cache, max_steps=2, tie="pit")
 
 
 def llama_folder(

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import argparse
+import base64
 import json
 import re
 
 import pytest
 import torch
 
-from tying.commands import probe as probe_verb
+from tying.cli import main
 from tying.data.tokenizer import load_tokenizer
 from tying.probe import parse_skip
 from tying.probe.corpus import corpus_token_counts
 
 
 def _run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser()
-    probe_verb.add_arguments(parser)
-    return probe_verb.run(parser.parse_args(argv))
+    return main(["probe", *argv])
 
 
 def test_cli_writes_json_markdown_and_plots(tt_run, probe_corpus, tmp_path, capsys) -> None:
@@ -36,6 +34,18 @@ def test_cli_writes_json_markdown_and_plots(tt_run, probe_corpus, tmp_path, caps
         assert (out / link).read_bytes()[:4] == b"\x89PNG"
     assert "| delta_ti | unitless, ‖W_out E − I‖_F | " in markdown
     assert "## Drift across checkpoints" in markdown and "Error" not in markdown
+    # probe.html: the same document, self-contained: every plot embedded byte for byte
+    assert str(out / "probe.html") in captured.out
+    page = (out / "probe.html").read_text()
+    embedded = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,([^"]+)">', page)
+    assert sorted(base64.b64decode(e) for e in embedded) == sorted(
+        (out / name).read_bytes() for name in report["plots"].values()
+    )
+    assert "Drift across checkpoints" in page and 'src="drift.png"' not in page
+    assert report["params"]["embedding"] == 300 * 256  # V·d of the tiny TT run
+    assert (
+        '<td class="num">76,800</td>' in page and "| 76,800 |" in markdown
+    )  # thousands separators
 
 
 def test_cli_rejects_bad_arguments(tt_run, tmp_path, capsys) -> None:
@@ -59,6 +69,7 @@ def test_failing_block_is_reported_and_others_still_run(llamas, tmp_path, capsys
     assert report["params"]["embedding"] == 24 * 32
     assert report["spectra"]["E"]["condition_number"] is None  # rank <= V < d: sigma_min = 0
     assert "**Error:**" in (out / "probe.md").read_text()
+    assert "<strong>Error:</strong> <code>" in (out / "probe.html").read_text()
     assert "1 block(s) failed: consistency" in capsys.readouterr().err
 
 

@@ -12,7 +12,7 @@ from scipy import stats
 from tying.analysis import consistency, drift, norm_frequency, row_cosine
 from tying.data.readers import iter_documents
 from tying.data.tokenizer import load_tokenizer
-from tying.model.params import parameter_counts
+from tying.decoder.params import parameter_counts
 from tying.probe import ProbeOptions, run_probe
 from tying.train import checkpoint as ckpt
 from tying.train.restore import load_trained

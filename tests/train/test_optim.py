@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import load_file
 
 from tying.config import ConfigError, load_config
+from tying.decoder import Decoder, preset_config
 from tying.interface.linalg import orthonormal_from_gaussian
-from tying.model import Decoder, preset_config
 from tying.train import checkpoint as ckpt
 from tying.train.config import TrainConfig
 from tying.train.loop import train
@@ -108,10 +108,11 @@ def test_entry_size_rule_needs_init_std_and_a_known_name() -> None:
     "override, message",
     [
         ("pit_z_optimizer=sgd", "pit_z_optimizer must be one of"),
+        ("pit_t_optimizer=sgd", "pit_t_optimizer must be one of"),
         ("pit_z_lr_scale=0", "positive number or 'entry_size'"),
-        ("pit_z_lr_scale=fast", "positive number or 'entry_size'"),
-        ("pit_t_scale=-1", "positive number or 'match_tt'"),
-        ("pit_t_scale=match", "positive number or 'match_tt'"),
+        ("pit_z_lr_scale=fast", "pit_z_lr_scale must be"),
+        ("pit_t_scale=-1", "positive number or 'auto'"),
+        ("pit_t_scale=match", "pit_t_scale must be"),
         ("pit_l_lr_scale=0", "pit_l_lr_scale must be a positive number"),
     ],
 )
@@ -121,8 +122,10 @@ def test_bad_pit_optimisation_values(override, message) -> None:
 
 
 def test_pit_keys_that_do_not_apply_are_refused() -> None:
-    with pytest.raises(ConfigError, match="scratch mode only"):
+    with pytest.raises(ConfigError, match="scratch-mode PIT only"):
         load_config(TrainConfig, None, ["tie=pit", "model=smollm2", "pit_t_scale=2"])
+    with pytest.raises(ConfigError, match="scratch-mode PIT only"):
+        load_config(TrainConfig, None, ["tie=tt", "pit_t_scale=auto"])
     with pytest.raises(ConfigError, match="fsdp"):
         load_config(
             TrainConfig,
@@ -259,9 +262,8 @@ Z_OPTIONS = {
         "pit_trainable_z": True,
         "pit_z_optimizer": "riemannian_adam",
         "pit_z_lr_scale": "entry_size",
-        "pit_l_lr_scale": 10.0,
-        "pit_t_scale": "match_tt",
     },
+    "t-scale-auto": {"pit_trainable_z": True, "pit_t_scale": "auto"},
     "frozen": {"pit_trainable_z": False, "pit_l_lr_scale": 10.0},
     "spd-t": {
         "pit_trainable_z": True,
@@ -276,8 +278,7 @@ def _final_z(run_dir) -> torch.Tensor:
     return load_file(ckpt.latest_checkpoint(run_dir) / "model.safetensors")["interface.z"]
 
 
-@pytest.mark.parametrize("option", list(Z_OPTIONS))
-def test_every_z_option_keeps_z_orthonormal_over_50_steps(small_corpus, tmp_path, option) -> None:
+def _check_z_option(small_corpus, tmp_path, option: str, steps: int) -> None:
     cfg = load_config(
         TrainConfig,
         None,
@@ -285,8 +286,8 @@ def test_every_z_option_keeps_z_orthonormal_over_50_steps(small_corpus, tmp_path
             small_corpus,
             tmp_path,
             tie="pit",
-            max_steps=50,
-            warmup_steps=5,
+            max_steps=steps,
+            warmup_steps=min(5, steps // 2),
             eval_every=0,
             checkpoint_every=0,
             **Z_OPTIONS[option],
@@ -297,7 +298,7 @@ def test_every_z_option_keeps_z_orthonormal_over_50_steps(small_corpus, tmp_path
     assert _gram_error(z) <= 1e-5, option
     # The run learned, and Z moved unless it is frozen.
     losses = [r["loss"] for r in read_metrics(tmp_path) if "loss" in r]
-    assert sum(losses[-5:]) / 5 < losses[0] - 0.5, losses
+    assert sum(losses[-3:]) / 3 < losses[0] - (0.5 if steps >= 50 else 0.1), losses
     initial = Decoder(
         preset_config("tiny", vocab_size=z.shape[0], tie="pit"),
         generator=torch.Generator().manual_seed(0),
@@ -306,19 +307,37 @@ def test_every_z_option_keeps_z_orthonormal_over_50_steps(small_corpus, tmp_path
         assert torch.equal(z, initial)
     else:
         assert (z - initial).abs().max() > 1e-3
-    assert result.steps == 50
+    assert result.steps == steps
 
 
-def test_match_tt_scale_gives_e_the_row_norm_of_a_standard_init(small_corpus, tmp_path) -> None:
+@pytest.mark.slow
+@pytest.mark.parametrize("option", list(Z_OPTIONS))
+def test_every_z_option_keeps_z_orthonormal_over_50_steps(small_corpus, tmp_path, option) -> None:
+    _check_z_option(small_corpus, tmp_path, option, 50)
+
+
+@pytest.mark.parametrize("option", list(Z_OPTIONS))
+def test_every_z_option_keeps_z_orthonormal_over_8_steps(small_corpus, tmp_path, option) -> None:
+    _check_z_option(small_corpus, tmp_path, option, 8)
+
+
+def test_auto_t_scale_gives_w_out_the_row_norm_of_a_standard_init() -> None:
+    """pit_t_scale=auto: T = init_std·√V·I, W_out's rows as long as N(0, init_std²) rows,
+    W_out E = I, and the blocks initialised exactly as with T = I (same generator order)."""
     from tying.train.build import build_model
 
-    cfg = load_config(TrainConfig, None, ["tie=pit", "pit_t_scale=match_tt"])
-    model = build_model(cfg, 4096)
-    E = model.interface.embedding_matrix()
-    target = model.config.init_std * math.sqrt(model.config.d_model)
-    assert E.norm(dim=1).mean().item() == pytest.approx(target, rel=0.01)
-    W = model.interface.unembedding_matrix().T
-    assert (W @ E - torch.eye(E.shape[1])).abs().max() < 1e-4
+    V = 4096
+    auto = build_model(load_config(TrainConfig, None, ["tie=pit", "pit_t_scale=auto"]), V)
+    plain = build_model(load_config(TrainConfig, None, ["tie=pit"]), V)
+    std, d = auto.config.init_std, auto.config.d_model
+    c = std * math.sqrt(V)
+    torch.testing.assert_close(auto.interface.transform(), c * torch.eye(d), rtol=1e-6, atol=0)
+    U, E = auto.interface.unembedding_matrix(), auto.interface.embedding_matrix()
+    assert U.norm(dim=1).mean().item() == pytest.approx(std * math.sqrt(d), rel=0.01)
+    assert (U.T @ E - torch.eye(d)).abs().max() < 1e-4
+    assert torch.equal(auto.interface.z, plain.interface.z)
+    blocks = {k: v for k, v in plain.state_dict().items() if not k.startswith("interface.")}
+    assert all(torch.equal(v, auto.state_dict()[k]) for k, v in blocks.items())
 
 
 # ----------------------------------------------------------------------------- resume

@@ -37,7 +37,7 @@ REGRESSION_RUN = {
 
 
 def regression_overrides(tie: str, out_dir) -> list[str]:
-    return [f"{k}={v}" for k, v in {**REGRESSION_RUN, "tie": tie, "out_dir": out_dir}.items()]
+    return [f"{k}={v}" for k, v in {**REGRESSION_RUN, "tie": tie, "out": out_dir}.items()]
 
 
 @pytest.mark.slow

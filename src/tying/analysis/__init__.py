@@ -6,10 +6,13 @@ or depends on a model class: the probe CLI composes these functions.
 
 - `consistency(E, U, final_norm_gain, embed_scale)`: PIT-paper interface consistency,
   raw and effective.
-- `alignment(src, tgt)`, `alignment_table(matrices)`: identity / orthogonal / linear maps.
-- `knn_indices(X, k)`, `knn_overlap(A, B, k)`, `neighbor_overlap(idx_a, idx_b)`: cosine KNN@k.
-- `spectral_distance(A, B, k, n_components)` (+ `knn_graph`, `omnibus_embedding`,
-  `omnibus_distance` to reuse neighbour lists).
+- `alignment(src, tgt, identity=)`, `alignment_table(matrices)`: identity (raw by default,
+  or centred) / orthogonal / linear maps of a source onto a target.
+- `knn_indices(X, k)`, `knn_overlap(A, B, k)`, `neighbor_overlap(idx_a, idx_b)`: cosine KNN@k,
+  ties broken by token index.
+- `spectral_distance(A, B, k, n_components, definition=)` (+ `knn_graph`, `omnibus_embedding`,
+  `omnibus_distance` to reuse neighbour lists): the published definition by default,
+  "union-frobenius" as a named option.
 - `match_vocabularies(tokens_a, tokens_b)`, `params_summary(...)`,
   `token_counts(ids, V)`, `norm_frequency(matrix, counts)`, `drift(matrices)`,
   `row_cosine(A, B)`.
@@ -17,6 +20,7 @@ or depends on a model class: the probe CLI composes these functions.
 
 from tying.analysis.alignment import (
     ALIGNMENT_KEYS,
+    IDENTITY_MODES,
     alignment,
     alignment_table,
     least_squares_map,
@@ -29,6 +33,8 @@ from tying.analysis.norms import norm_frequency, token_counts
 from tying.analysis.params import params_summary
 from tying.analysis.rowwise import row_cosine
 from tying.analysis.spectral import (
+    SPECTRAL_DEFINITIONS,
+    definition_parts,
     knn_graph,
     omnibus_distance,
     omnibus_embedding,
@@ -40,9 +46,12 @@ from tying.analysis.vocab import match_vocabularies
 __all__ = [
     "ALIGNMENT_KEYS",
     "CONSISTENCY_KEYS",
+    "IDENTITY_MODES",
+    "SPECTRAL_DEFINITIONS",
     "alignment",
     "alignment_table",
     "consistency",
+    "definition_parts",
     "drift",
     "knn_graph",
     "knn_indices",

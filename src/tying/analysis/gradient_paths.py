@@ -10,7 +10,8 @@ data-parallel processes like the parameter gradient itself.
 
 For PIT the same split applies to the Cholesky parameter L (through the
 embedding's triangular solves vs through the head) and to Z when trainable;
-for untied models the "input" side is E and the "output" side is U.
+for untied models the "input" side is E and the "output" side is U. Which parameters are
+split is the interface's own answer (`TokenInterface.gradient_splits`, `rows_parameter`).
 
 Per optimizer step, `GradientPathTracker.finish_step()` returns (Frobenius norms):
 
@@ -32,7 +33,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from tying.interface import PseudoInverseTying, TokenInterface, TransposeTying, Untied
+from tying.interface import TokenInterface
 
 
 def _split_norms(g_in: Tensor | None, g_out: Tensor | None, same_matrix: bool) -> dict[str, float]:
@@ -100,32 +101,17 @@ class GradientPathTracker:
         self._all_reduce()
         iface = self.interface
         row: dict[str, Any] = {}
-        if isinstance(iface, Untied):
-            primary = _split_norms(
-                self.part("weight_in", "input"), self.part("weight_out", "output"), False
+        for split in iface.gradient_splits():
+            norms = _split_norms(
+                self.part(split.input_name, "input"),
+                self.part(split.output_name, "output"),
+                split.shared,
             )
-            rows_source = self.part("weight_in", "input")
-        elif isinstance(iface, PseudoInverseTying):
-            primary = _split_norms(
-                self.part("l_param", "input"), self.part("l_param", "output"), True
-            )
-            for key, value in primary.items():
-                row[f"grad_L_{key}"] = value
-            rows_source = None
-            if iface.trainable_z:
-                z_split = _split_norms(self.part("z", "input"), self.part("z", "output"), True)
-                for key, value in z_split.items():
-                    row[f"grad_Z_{key}"] = value
-                rows_source = self.part("z", "input")
-        elif isinstance(iface, TransposeTying):
-            primary = _split_norms(
-                self.part("weight", "input"), self.part("weight", "output"), True
-            )
-            rows_source = self.part("weight", "input")
-        else:
-            raise TypeError(f"no gradient-path accounting for {type(iface).__name__}")
-        for key, value in primary.items():
-            row[f"grad_{key}"] = value
+            prefix = f"grad_{split.prefix}_" if split.prefix else "grad_"
+            for key, value in norms.items():
+                row[prefix + key] = value
+        rows_name = iface.rows_parameter()
+        rows_source = self.part(rows_name, "input") if rows_name is not None else None
         if rows_source is not None:
             row["rows_touched_in"] = int((rows_source != 0).any(dim=1).sum())
         return row

@@ -2,11 +2,16 @@
 
 Definitions (bias paper, §4.1):
 
-    N_k(X, v)        the k rows u ≠ v of X with the largest cosine cos(X[u], X[v])
-                     (self excluded; ties broken arbitrarily)
+    N_k(X, v)        the first k rows u ≠ v of X in the order (cos(X[u], X[v]) descending,
+                     u ascending): the k largest cosines, exact ties broken by token index
+                     (the lower index first), so the lists are deterministic
     KNN@k(A, B)      mean_v |N_k(A, v) ∩ N_k(B, v)| / k      (unitless fraction in [0, 1])
 
-A row whose norm is zero has cosine 0 with every row.
+A row whose norm is zero has cosine 0 with every row. Ties are exact ties of the float32
+cosines as computed (duplicated rows give them: a row duplicated r times ties r ways in every
+list). Breaking them by index makes the lists of two matrices with the same duplicated rows
+(e.g. E and E·diag(g)) agree on them, and makes the first k' columns of a KNN@k list (k' < k)
+the KNN@k' list.
 
 How it is computed (exactly, in float32, fast on CPU):
 
@@ -21,12 +26,20 @@ How it is computed (exactly, in float32, fast on CPU):
 - each tile is reduced to the best k entries per row and per column by an exact
   chunk-maximum prefilter: the maxima of `chunk`-element slices are taken first,
   and only the k slices with the largest maxima can hold the top k, so only they
-  are searched; the result is merged into a running top-k per row.
+  are searched; the result is merged into a running top-k per row;
+- ties are settled by one int64 key per entry, (the float32 value's order-preserving bits
+  << 32) | (2^32 − 1 − index): the order (value descending, index ascending) with no two
+  keys equal. Each selection takes the m + 1 largest values: where the m-th and (m+1)-th
+  differ the set is unique and only its m keys are sorted; rows tied there are ranked by key
+  over all their candidates (`_rank`). The prefilter stays exact under ties: a row (or
+  column) whose m-th and (m+1)-th largest slice maxima are equal, which only exact ties
+  produce, is searched whole instead.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -112,51 +125,130 @@ class _Plan:
     chunk: int
 
 
-def _top_rows(S: Tensor, m: int, chunk: int) -> tuple[Tensor, Tensor]:
-    """Top-m entries of each row of a tile: values (float32, sorted descending) and column indices.
+_LOW = 0xFFFFFFFF  # 2^32 − 1: the low 32 bits of a key hold _LOW − index
 
-    Exact (the same multiset of values as `S.topk(m, dim=1)`), via a chunk-maximum prefilter:
-    columns are split into `chunk`-element interleaved slices {q, q + n/chunk, ...}; a row's
-    top m lie in the m slices with the largest maxima.
+
+def _order_keys(values: Tensor, index: Tensor) -> Tensor:
+    """int64 keys ordered as (value descending, index ascending); all distinct for distinct index.
+
+    Args:
+        values: float32, any shape (−0.0 counts as +0.0; no NaN).
+        index: int64 in [0, 2^32), broadcastable to values.
+
+    Returns:
+        int64 of values' broadcast shape: (b(value) << 32) | (2^32 − 1 − index), with b the
+        float's bits mapped to a signed int32 of the same order.
+    """
+    bits = (values.to(torch.float32) + 0.0).view(torch.int32)  # + 0.0 turns −0.0 into +0.0
+    ordered = (bits ^ ((bits >> 31) & 0x7FFFFFFF)).to(torch.int64)
+    return (ordered << 32) | (_LOW - index)
+
+
+def _decode_keys(keys: Tensor) -> tuple[Tensor, Tensor]:
+    """(values float32, index int64) of keys made by `_order_keys`."""
+    ordered = (keys >> 32).to(torch.int32)
+    values = (ordered ^ ((ordered >> 31) & 0x7FFFFFFF)).view(torch.float32)
+    return values, _LOW - (keys & _LOW)
+
+
+def _rank(vals: Tensor, m: int, index: Callable[[Tensor, Tensor | None], Tensor]) -> Tensor:
+    """Keys of the first min(m, C) candidates of each row in (value desc, index asc) order.
+
+    Args:
+        vals: (R, C) float32 candidate values.
+        m: entries wanted per row.
+        index: index(pos, rows) -> the token indices of candidate positions `pos` (int64, same
+            shape) of the rows `rows` (None: all R rows, in order).
+
+    `topk(m + 1)` on the values settles every row whose m-th and (m+1)-th values differ (its
+    top-m set is then unique; only those m keys are sorted); rows tied at that boundary are
+    ranked by key over all their candidates.
+    """
+    R, C = vals.shape
+    if C <= m:
+        pos = torch.arange(C, device=vals.device).expand(R, C)
+        return _order_keys(vals, index(pos, None)).sort(dim=1, descending=True).values
+    v, p = vals.topk(m + 1, dim=1)
+    keys = _order_keys(v[:, :m], index(p[:, :m], None)).sort(dim=1, descending=True).values
+    tied = (v[:, m - 1] == v[:, m]).nonzero().flatten()
+    if tied.numel():
+        pos = torch.arange(C, device=vals.device).expand(tied.numel(), C)
+        keys[tied] = _order_keys(vals[tied], index(pos, tied)).topk(m, dim=1).values
+    return keys
+
+
+def _top_exact(S: Tensor, m: int) -> tuple[Tensor, Tensor]:
+    """Top-m entries of each row of S (r, n) in (value desc, column asc) order: values, columns."""
+    return _decode_keys(_rank(S, m, lambda pos, rows: pos))
+
+
+def _top_rows(S: Tensor, m: int, chunk: int) -> tuple[Tensor, Tensor]:
+    """Top-m entries of each row of a tile in (value desc, column asc) order: values and columns.
+
+    Exact (the first m entries of each row in that order), via a chunk-maximum prefilter:
+    columns are split into `chunk`-element interleaved slices {q, q + n/chunk, ...}. When a
+    row's m-th largest slice maximum exceeds its (m+1)-th, every entry that can enter its top
+    m (ties included) lies in those m slices, which are ranked by `_rank`; the rare rows where
+    the two are equal are searched whole.
     """
     r, n = S.shape
-    m_eff = min(m, n)
     if n % chunk != 0 or n // chunk <= 2 * m:
-        v, i = S.topk(m_eff, dim=1)
-        return v.float(), i
+        return _top_exact(S, m)
     nch = n // chunk
     S3 = S.view(r, chunk, nch)  # S3[i, t, q] = S[i, t·nch + q]
-    slices = S3.amax(dim=1).topk(m, dim=1, sorted=False).indices  # (r, m)
+    top, slices = S3.amax(dim=1).topk(m + 1, dim=1)  # (r, m + 1), sorted
+    slices = slices[:, :m]
     cand = torch.gather(S3, 2, slices.unsqueeze(1).expand(r, chunk, m))  # (r, chunk, m)
-    v, p = cand.reshape(r, chunk * m).topk(m, dim=1)
-    cols = slices.gather(1, p % m) + (p // m) * nch
-    return v.float(), cols
+
+    def cols(pos: Tensor, rows: Tensor | None) -> Tensor:  # pos = t·m + slot
+        sl = slices if rows is None else slices[rows]
+        return sl.gather(1, pos % m) + (pos // m) * nch
+
+    keys = _rank(cand.reshape(r, chunk * m), m, cols)
+    tied = (top[:, m - 1] == top[:, m]).nonzero().flatten()
+    if tied.numel():
+        keys[tied] = _order_keys(S[tied], torch.arange(n, device=S.device)).topk(m, dim=1).values
+    return _decode_keys(keys)
 
 
 def _top_cols(S: Tensor, m: int, chunk: int) -> tuple[Tensor, Tensor]:
-    """Top-m entries of each column of a tile, as (n, m) values (float32, descending) and row indices."""
+    """Top-m entries of each column of a tile, as (n, m) values and row indices, in (value desc,
+    row asc) order (exact; the prefilter of `_top_rows` on slices of `chunk` consecutive rows)."""
     r, n = S.shape
-    m_eff = min(m, r)
     if r % chunk != 0 or r // chunk <= 2 * m:
-        v, i = S.topk(m_eff, dim=0)
-        return v.T.float(), i.T
+        return _top_exact(S.T, m)
     nch = r // chunk
     S3 = S.view(nch, chunk, n)  # S3[q, t, j] = S[q·chunk + t, j]
-    slices = S3.amax(dim=1).T.topk(m, dim=1, sorted=False).indices  # (n, m)
+    top, slices = S3.amax(dim=1).T.topk(m + 1, dim=1)  # (n, m + 1), sorted
+    slices = slices[:, :m]
     cand = torch.gather(S3, 0, slices.T.unsqueeze(1).expand(m, chunk, n))  # (m, chunk, n)
-    v, p = cand.reshape(m * chunk, n).T.topk(m, dim=1)  # (n, m); p = s·chunk + t
-    rows = slices.gather(1, p // chunk) * chunk + p % chunk
-    return v.float(), rows
+
+    def rows_of(pos: Tensor, cols: Tensor | None) -> Tensor:  # pos = slot·chunk + t
+        sl = slices if cols is None else slices[cols]
+        return sl.gather(1, pos // chunk) * chunk + pos % chunk
+
+    keys = _rank(cand.reshape(m * chunk, n).T, m, rows_of)
+    tied = (top[:, m - 1] == top[:, m]).nonzero().flatten()
+    if tied.numel():
+        keys[tied] = (
+            _order_keys(S[:, tied].T, torch.arange(r, device=S.device)).topk(m, dim=1).values
+        )
+    return _decode_keys(keys)
 
 
 def _merge(vals: Tensor, idx: Tensor, lo: int, hi: int, new_v: Tensor, new_i: Tensor) -> None:
-    """Merge candidates (new_v, new_i) of rows lo:hi into the running top-m (vals, idx) in place."""
+    """Merge candidates (new_v, new_i) of rows lo:hi into the running top-m (vals, idx) in place,
+    keeping the (value desc, index asc) order."""
     m = vals.shape[1]
     cat_v = torch.cat([vals[lo:hi], new_v], dim=1)
     cat_i = torch.cat([idx[lo:hi], new_i], dim=1)
-    top_v, pos = cat_v.topk(m, dim=1)
+
+    def index(pos: Tensor, rows: Tensor | None) -> Tensor:
+        return (cat_i if rows is None else cat_i[rows]).gather(1, pos)
+
+    top_v, top_i = _decode_keys(_rank(cat_v, m, index))
     vals[lo:hi] = top_v
-    idx[lo:hi] = cat_i.gather(1, pos)
+    idx[lo:hi] = top_i
 
 
 def _tile(
@@ -186,15 +278,15 @@ def _tile(
 
 
 def _top_m_all(Y: Tensor, m: int, plan: _Plan) -> tuple[Tensor, Tensor]:
-    """Top-m (by Y Y^T, self excluded) of every row of Y.
+    """Top-m (by Y Y^T, self excluded) of every row of Y, ties by the lower index.
 
     Returns:
         vals (V, m) float32 sorted descending (-inf where fewer than m other rows exist),
-        idx (V, m) int64 (-1 where vals is -inf).
+        idx (V, m) int64, ascending among equal values (-1 where vals is -inf).
     """
     V = Y.shape[0]
     vals = torch.full((V, m), -math.inf, dtype=torch.float32, device=Y.device)
-    idx = torch.full((V, m), -1, dtype=torch.int64, device=Y.device)
+    idx = torch.full((V, m), _LOW, dtype=torch.int64, device=Y.device)  # placeholders rank last
     starts = list(range(0, V, plan.block))
     for a, i0 in enumerate(starts):
         i1 = min(i0 + plan.block, V)
@@ -221,7 +313,8 @@ def knn_indices(
             None picks 16 for k <= 16, else 8).
 
     Returns:
-        (V, k) int64: row v lists its neighbours by decreasing cosine (ties broken arbitrarily).
+        (V, k) int64: row v lists its neighbours by decreasing cosine, equal cosines by
+        increasing index (deterministic; the first k' < k columns are the KNN@k' lists).
 
     Raises:
         ValueError: X is not a finite matrix, V <= k, or an argument is out of range.
@@ -257,8 +350,8 @@ def knn_overlap(A: Tensor, B: Tensor, k: int = 10, **knn_options: object) -> flo
     """KNN@k: mean over tokens of the fraction of k cosine neighbours A and B share.
 
     KNN@k(A, B) = mean_v |N_k(A, v) ∩ N_k(B, v)| / k, with N_k the k rows of largest cosine
-    similarity, self excluded (bias paper, §4.1). Unitless, in [0, 1]; about k / (V - 1)
-    for unrelated matrices.
+    similarity, self excluded, exact ties broken by the lower token index (bias paper, §4.1
+    and Table 5). Unitless, in [0, 1]; about k / (V - 1) for unrelated matrices.
 
     Args:
         A: (V, d_a), one row per token.

@@ -14,7 +14,7 @@ From measured counts (e.g. of a Hugging Face model), with V = vocab_size and d =
                       that tying one V×d matrix removes (fraction in [0, 1]; the same for
                       the tied and the untied variant of a model)
 
-`tying.model.params.parameter_counts` gives the same keys in closed form for
+`tying.decoder.params.parameter_counts` gives the same keys in closed form for
 this project's presets.
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from tying.analysis._validate import check_positive_int
-from tying.interface.factory import TIES
+from tying.interface.registry import TIES
 
 
 def params_summary(

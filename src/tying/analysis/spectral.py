@@ -1,25 +1,36 @@
 """Spectral distance of two embedding matrices through an omnibus embedding (bias paper, App. B).
 
-For matrices A and B with one row per token of the same vocabulary:
+For matrices A and B with one row per token of the same vocabulary, the published definition
+(`definition="published"`, the default; AntonioLopardo/weight-tying-bias,
+experiments/1_embedding_alignment/Appendix_B/reproduce_spectral_distance.py, after
+"Comparing Foundation Models using Data Kernels", arXiv 2305.05126):
 
-1. kNN graphs: G_X[u, v] = 1 if v is among the k cosine nearest neighbours of u in X
-   or u among those of v (binary, symmetrized by union), self excluded; X = A, B.
+1. kNN graphs: with K_X[u, v] = 1 if v is among the k cosine nearest neighbours of u in X
+   (self excluded; `tying.analysis.neighbors`), G_X = (K_X + K_Xᵀ)/2: weight 1 for mutual
+   neighbours, 1/2 for one-way ones, zero diagonal; X = A, B.
 2. Omnibus matrix (2V × 2V): M = [[G_A, (G_A + G_B)/2], [(G_A + G_B)/2, G_B]].
 3. Its n_components eigenpairs of largest |λ| (scipy `eigsh`, which="LM"):
    Z = U diag(sqrt(|λ|)), split into Z_A = Z[:V] and Z_B = Z[V:].
-4. distance = ||Z_A − Z_B||_F / min(||Z_A||_F, ||Z_B||_F)   (unitless, >= 0; 0 for equal graphs).
+4. distance = ‖Z_A − Z_B‖₂ / min(‖Z_A‖₂, ‖Z_B‖₂), ‖·‖₂ the spectral norm (largest singular
+   value); unitless, >= 0, 0 for equal graphs.
 
-The norm is the Frobenius norm (the 2-norm of the flattened matrix). The
-distance does not depend on the sign of each eigenvector, nor on the basis
-chosen inside an eigenspace of repeated |λ|: both act on Z by the same
-orthogonal matrix on the right, for Z_A and Z_B together. It does depend on
-which eigenpairs make the cut when |λ_n| = |λ_{n+1}|.
+`definition="union-frobenius"` is this package's earlier reading, kept as a named option:
+binary graphs symmetrized by union (G_X[u, v] = 1 if v ∈ N(u) or u ∈ N(v)) and Frobenius
+norms in step 4. On SmolLM2-135M's E against E·diag(g) (g its final-norm gain), k = 64 and
+128 components, the two give 0.225 (published) and 0.172 (union-frobenius).
 
-Numerics: the kNN search is exact float32 (`tying.analysis.neighbors`). The
-eigensolver runs ARPACK in float32 by default on an operator that applies M
-without forming it (M x uses two sparse products with G_A and G_B), converged
-to float32 precision (tol=0); `dtype=torch.float64` runs it in float64. Small
-problems (2V <= DENSE_MAX) use a dense float64 eigendecomposition instead.
+The published code adds 1e-8 to the denominator and takes the norms in float32; here the
+norms are float64 and a half with no edges raises instead. Neither norm depends on the sign
+of each eigenvector, nor on the basis chosen inside an eigenspace of repeated |λ|: both act
+on Z by the same orthogonal matrix on the right, for Z_A and Z_B together. The distance does
+depend on which eigenpairs make the cut when |λ_n| = |λ_{n+1}|.
+
+Numerics: the kNN search is exact float32 (`tying.analysis.neighbors`, ties by token index).
+The eigensolver runs ARPACK in float32 by default on an operator that applies M without
+forming it (M x uses two sparse products with G_A and G_B), converged to float32 precision
+(tol=0); `dtype=torch.float64` runs it in float64. Small problems (2V <= DENSE_MAX) use a
+dense float64 eigendecomposition instead. The spectral norms are sqrt of the largest
+eigenvalue of the n×n Gram matrix ZᵀZ, in float64.
 """
 
 from __future__ import annotations
@@ -40,14 +51,32 @@ from tying.threads import single_threaded
 DENSE_MAX = 1024
 
 
-def knn_graph(indices: Tensor, n_nodes: int | None = None) -> sp.csr_array:
-    """Binary symmetric kNN adjacency from neighbour lists (union symmetrization).
+#: Graph weightings of `knn_graph`.
+GRAPH_WEIGHTS = ("half", "binary")
+#: Norms of `omnibus_distance`.
+DISTANCE_NORMS = ("spectral", "frobenius")
+#: Named definitions of `spectral_distance`: (graph weights, norm).
+SPECTRAL_DEFINITIONS = {
+    "published": ("half", "spectral"),
+    "union-frobenius": ("binary", "frobenius"),
+}
 
-    G[u, v] = G[v, u] = 1 if v ∈ N(u) or u ∈ N(v); the diagonal is zero.
+
+def knn_graph(
+    indices: Tensor, n_nodes: int | None = None, *, weights: str = "half"
+) -> sp.csr_array:
+    """Symmetric kNN adjacency from neighbour lists, zero diagonal.
+
+    With K[u, v] = 1 for v ∈ N(u) (v ≠ u):
+    - weights="half" (published): G = (K + Kᵀ)/2, so G[u, v] = 1 if u and v list each other
+      and 1/2 if only one lists the other;
+    - weights="binary": G[u, v] = 1 if v ∈ N(u) or u ∈ N(v) (union).
 
     Args:
-        indices: (V, k) int, row u lists the neighbours of u (no -1 entries, no self).
+        indices: (V, k) int, row u lists the neighbours of u (no -1 entries; self entries are
+            dropped).
         n_nodes: V (default: indices.shape[0]).
+        weights: "half" or "binary".
 
     Returns:
         (V, V) scipy CSR array, float32.
@@ -56,6 +85,8 @@ def knn_graph(indices: Tensor, n_nodes: int | None = None) -> sp.csr_array:
         raise ValueError("indices must be a (V, k) integer tensor of neighbour lists")
     if indices.is_floating_point():
         raise ValueError(f"indices must be integers, got {indices.dtype}")
+    if weights not in GRAPH_WEIGHTS:
+        raise ValueError(f"weights must be one of {GRAPH_WEIGHTS}, got {weights!r}")
     V, k = indices.shape
     n = V if n_nodes is None else n_nodes
     if n != V:
@@ -70,7 +101,10 @@ def knn_graph(indices: Tensor, n_nodes: int | None = None) -> sp.csr_array:
         (np.ones(int(keep.sum()), dtype=np.float32), (rows[keep], cols[keep])), shape=(V, V)
     )
     G = (K + K.T).tocsr()
-    G.data[:] = 1.0
+    if weights == "binary":
+        G.data[:] = 1.0
+    else:
+        G.data *= 0.5
     return G
 
 
@@ -168,14 +202,34 @@ def omnibus_embedding(
     return U * lam.abs().sqrt(), lam
 
 
-def omnibus_distance(Z: Tensor) -> float:
-    """||Z_A − Z_B||_F / min(||Z_A||_F, ||Z_B||_F) for Z = [Z_A; Z_B] of shape (2V, n)."""
+def _norm(X: Tensor, norm: str) -> float:
+    """‖X‖₂ (largest singular value, via the n×n Gram matrix) or ‖X‖_F, float64."""
+    X64 = X.to(torch.float64)
+    if norm == "frobenius":
+        return float(torch.linalg.matrix_norm(X64))
+    with single_threaded():
+        top = float(torch.linalg.eigvalsh(X64.T @ X64)[-1])
+    return max(top, 0.0) ** 0.5
+
+
+def omnibus_distance(Z: Tensor, norm: str = "spectral") -> float:
+    """‖Z_A − Z_B‖ / min(‖Z_A‖, ‖Z_B‖) for Z = [Z_A; Z_B] of shape (2V, n).
+
+    Args:
+        Z: (2V, n) omnibus embedding (`omnibus_embedding`).
+        norm: "spectral" (largest singular value; published) or "frobenius".
+
+    Raises:
+        ValueError: an unknown norm, or a half of Z with zero norm (a graph without edges).
+    """
+    if norm not in DISTANCE_NORMS:
+        raise ValueError(f"norm must be one of {DISTANCE_NORMS}, got {norm!r}")
     V = Z.shape[0] // 2
     Za, Zb = Z[:V], Z[V:]
-    denom = min(float(torch.linalg.matrix_norm(Za)), float(torch.linalg.matrix_norm(Zb)))
+    denom = min(_norm(Za, norm), _norm(Zb, norm))
     if denom == 0.0:
         raise ValueError("an omnibus half has zero norm: the graph has no edges")
-    return float(torch.linalg.matrix_norm(Za - Zb)) / denom
+    return _norm(Za - Zb, norm) / denom
 
 
 def spectral_distance(
@@ -184,15 +238,18 @@ def spectral_distance(
     k: int = 64,
     n_components: int = 128,
     *,
+    definition: str = "published",
     seed: int = 0,
     dtype: torch.dtype = torch.float32,
     method: str = "auto",
 ) -> float:
     """Spectral distance of two matrices through their kNN graphs' omnibus embedding.
 
-    distance = ||Z_A − Z_B||_F / min(||Z_A||_F, ||Z_B||_F) with Z = U sqrt(|λ|) from the
-    n_components eigenpairs of largest |λ| of [[G_A, (G_A+G_B)/2], [(G_A+G_B)/2, G_B]], G_X the
-    binary union-symmetrized cosine kNN graph (k neighbours) of X's rows (module docstring).
+    distance = ‖Z_A − Z_B‖ / min(‖Z_A‖, ‖Z_B‖) with Z = U sqrt(|λ|) from the n_components
+    eigenpairs of largest |λ| of [[G_A, (G_A+G_B)/2], [(G_A+G_B)/2, G_B]], G_X the
+    symmetrized cosine kNN graph (k neighbours) of X's rows (module docstring).
+    definition="published": G_X = (K_X + K_Xᵀ)/2 and the spectral norm (the bias paper's
+    code); "union-frobenius": binary union graphs and the Frobenius norm.
     Unitless, >= 0, 0 when the two kNN graphs are equal.
 
     Args:
@@ -200,18 +257,35 @@ def spectral_distance(
         B: (V, d_b), the same tokens in the same order.
         k: neighbours per token in the kNN graphs.
         n_components: eigenpairs of the omnibus matrix kept.
+        definition: "published" (default) or "union-frobenius" (see `SPECTRAL_DEFINITIONS`).
         seed: ARPACK start vector seed.
         dtype: ARPACK precision (float32 default, or float64).
         method: eigensolver, see `omnibus_embedding`.
 
     Raises:
-        ValueError: different numbers of rows, V <= k, n_components >= 2V - 1, non-finite input.
+        ValueError: different numbers of rows, V <= k, n_components >= 2V - 1, non-finite
+            input, or an unknown definition.
     """
+    weights, norm = definition_parts(definition)
     check_matrix(A, "the matrix A")
     check_matrix(B, "the matrix B")
     check_same_rows(A, B, "A", "B")
     V = A.shape[0]
-    ga = knn_graph(knn_indices(A, k), V)
-    gb = knn_graph(knn_indices(B, k), V)
+    ga = knn_graph(knn_indices(A, k), V, weights=weights)
+    gb = knn_graph(knn_indices(B, k), V, weights=weights)
     Z, _ = omnibus_embedding(ga, gb, n_components, seed=seed, dtype=dtype, method=method)
-    return omnibus_distance(Z)
+    return omnibus_distance(Z, norm)
+
+
+def definition_parts(definition: str) -> tuple[str, str]:
+    """(graph weights, norm) of a named definition ("published" or "union-frobenius").
+
+    Raises:
+        ValueError: an unknown definition.
+    """
+    if definition not in SPECTRAL_DEFINITIONS:
+        raise ValueError(
+            f"unknown spectral distance definition {definition!r}; "
+            f"expected one of {', '.join(SPECTRAL_DEFINITIONS)}"
+        )
+    return SPECTRAL_DEFINITIONS[definition]

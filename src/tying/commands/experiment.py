@@ -1,20 +1,21 @@
-"""`tying experiment CONFIG.yaml [key=value ...]`: a grid tie × mode × seed, then one report.
+"""`tying experiment CONFIG.yaml [key=value ...]`: a grid of runs, then one report.
 
 Runs every cell (finished ones skipped, killed ones resumed), probes and lenses them, and
-writes OUT_DIR/report.json, report.md and report.html. Overrides: `key=value` for top-level
-keys (`seeds=[0,1]`), `section.key=value` inside train/scratch/teacher/lens/analysis
-(`train.max_steps=50`).
+writes OUT/report.json, report.md and report.html. Overrides: `key=value` for top-level keys
+(`seeds=[0,1]`), `section.key=value` inside sections (`train.max_steps=50`,
+`lens.kind=tuned`); flags likewise (`--seeds 0 1`, `--train.max_steps 50` is not a flag:
+`train`, `scratch`, `teacher` and `variants` are free-form TrainConfig mappings).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-
-HELP = "train a grid (tie x mode x seed) at one token budget and write a side-by-side report"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from tying.config import add_config_arguments
+    from tying.experiment import ExperimentConfig
+
     parser.add_argument("config", metavar="CONFIG.yaml", help="experiment config file")
     parser.add_argument(
         "overrides",
@@ -22,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="key=value",
         help="overrides: top-level keys, or section.key (train.lr=1e-3, lens.kind=tuned)",
     )
+    add_config_arguments(parser, ExperimentConfig)
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument(
         "--train-only", action="store_true", help="train the grid, skip the analysis and report"
@@ -29,14 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tying.config import ConfigError
-    from tying.experiment import load_experiment, run_experiment, run_grid
+    from tying.config import config_from_args, split_config_items
+    from tying.experiment import ExperimentConfig, run_experiment, run_grid
 
-    try:
-        cfg = load_experiment(args.config, args.overrides)
-    except (FileNotFoundError, ConfigError) as e:
-        print(f"tying experiment: error: {e}", file=sys.stderr)
-        return 2
+    path, overrides = split_config_items([args.config, *args.overrides])
+    cfg = config_from_args(ExperimentConfig, args, path, overrides)
     if args.train_only:
         run_grid(cfg, progress=not args.no_progress)
         return 0

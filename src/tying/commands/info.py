@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-
-HELP = "print versions of tying, torch and transformers, and the available devices"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,23 +11,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
+    from tying.info import environment_info
 
-    import tying
-
-    info = {
-        "tying": tying.__version__,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda_available": torch.cuda.is_available(),
-        "cpu_threads": torch.get_num_threads(),
-    }
-    try:
-        import transformers
-
-        info["transformers"] = transformers.__version__
-    except ImportError:
-        info["transformers"] = None
+    info = environment_info()
     if args.json:
         print(json.dumps(info, indent=2))
     else:

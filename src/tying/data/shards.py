@@ -421,6 +421,14 @@ def _is_complete(
     return True
 
 
+def is_shard_folder(source: Source) -> bool:
+    """Whether `source` is one folder holding a shard manifest (``manifest.json``)."""
+    if not isinstance(source, str | Path):
+        return False
+    folder = Path(str(source)).expanduser()
+    return folder.is_dir() and (folder / MANIFEST_NAME).is_file()
+
+
 def ensure_shards(
     source: Source,
     cache_root: str | Path | None = None,
@@ -446,12 +454,28 @@ def ensure_shards(
         max_documents: see `build_shards` (part of the key).
         **build_kwargs: passed to `build_shards` (``shard_tokens``, ``batch_docs``, ``progress``).
 
+    A `source` that is itself a shard folder (written by `tying tokenize --out`, holding
+    ``manifest.json``) is used as it is, after checking that it was tokenized by `tokenizer`.
+
     Returns:
         The folder holding ``manifest.json`` and the shards (open it with `open_shards`).
+
+    Raises:
+        ValueError: a shard folder made with another tokenizer.
     """
     from tying.paths import cache_dir
 
     tok = load_tokenizer(tokenizer)
+    if is_shard_folder(source):
+        folder = Path(str(source)).expanduser()
+        made_with = Manifest.load(folder).tokenizer
+        if made_with.get("hash") != tok.hash:
+            raise ValueError(
+                f"the shards in {folder} were made with tokenizer {made_with.get('name')!r}, not "
+                f"{tok.name!r}: tokenize the text again with `tying tokenize --tokenizer "
+                f"{tok.name}`, or point at the text itself"
+            )
+        return folder
     info = describe_source(source, text_field)
     root = Path(cache_root) if cache_root is not None else cache_dir() / "shards"
     key = cache_key(info.fingerprint, tok.hash, max_documents, text_field)

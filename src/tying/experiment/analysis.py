@@ -22,8 +22,6 @@ Seed aggregate (one per mode × tie): `mode`, `tie`, `seeds` (count), and for ea
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -61,10 +59,15 @@ def seed_aggregates(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for run in runs:
-        groups.setdefault((run["mode"], run["tie"]), []).append(run)
+        groups.setdefault((run["mode"], run.get("label", run["tie"])), []).append(run)
     rows = []
-    for (mode, tie), members in groups.items():
-        row: dict[str, Any] = {"mode": mode, "tie": tie, "seeds": len(members)}
+    for (mode, label), members in groups.items():
+        row: dict[str, Any] = {
+            "mode": mode,
+            "label": label,
+            "tie": members[0]["tie"],
+            "seeds": len(members),
+        }
         for key in SEED_KEYS:
             values = [r[key] for r in members if r.get(key) is not None]
             row[f"{key}_mean"] = sum(values) / len(values) if values else None
@@ -147,14 +150,17 @@ def _probe(
 
 def untied_counterpart(cfg: ExperimentConfig, spec: RunSpec) -> RunSpec | None:
     """The untied run of the same mode and seed, for a tied run in a grid that has one."""
-    if spec.tie == "untied" or "untied" not in cfg.ties:
+    if spec.tie == "untied":
         return None
-    return RunSpec(spec.mode, "untied", spec.seed)
+    for label, tie in cfg.labels():
+        if tie == "untied":
+            return RunSpec(spec.mode, label, spec.seed, tie)
+    return None
 
 
 def _eval_text(cfg: ExperimentConfig) -> str | None:
     """The text of the lens and norm-frequency: lens.data, else the runs' val_data."""
-    lens = cfg.lens_settings()
+    lens = cfg.lens
     if lens.data:
         return lens.data
     val = cfg.train.get("val_data")
@@ -164,48 +170,33 @@ def _eval_text(cfg: ExperimentConfig) -> str | None:
 def run_lens(
     cfg: ExperimentConfig, specs: list[str], out: Path, progress: bool = True
 ) -> list[dict[str, Any]]:
-    """`tying lens` on the given model specs; returns its lens.json records (in spec order)."""
-    from tying.commands import lens as lens_cmd
+    """The lenses of the given model specs (`tying.lens.pipeline.run_lens`), in spec order."""
+    from tying.lens.pipeline import LensOptions
+    from tying.lens.pipeline import run_lens as run_lens_pipeline
 
-    lens = cfg.lens_settings()
+    lens = cfg.lens
     seq_len = lens.seq_len or int(cfg.train.get("seq_len", 256))
-    argv = [
-        *specs,
-        "--kind",
-        lens.kind,
-        "--out",
-        str(out),
-        "--max-tokens",
-        str(lens.max_tokens),
-        "--seq-len",
-        str(seq_len),
-        "--batch-size",
-        str(lens.batch_size),
-        "--train-steps",
-        str(lens.tuned_steps),
-        "--train-tokens-per-step",
-        str(max(seq_len, lens.tuned_tokens_per_step // seq_len * seq_len)),
-        "--precision",
-        "fp32",
-    ]
-    text = _eval_text(cfg)
-    if text:
-        argv += ["--data", text]
-    if not progress:
-        argv.append("--no-progress")
-    parser = argparse.ArgumentParser(prog="tying lens")
-    lens_cmd.add_arguments(parser)
-    status = lens_cmd.run(parser.parse_args(argv))
-    if status != 0:
-        raise RuntimeError(f"the lens evaluation failed (exit status {status}); see the messages")
-    return json.loads((out / "lens.json").read_text())["models"]
+    options = LensOptions(
+        specs=list(specs),
+        out=str(out),
+        kind=lens.kind,
+        data=_eval_text(cfg),
+        max_tokens=lens.max_tokens,
+        seq_len=seq_len,
+        batch_size=lens.batch_size,
+        train_steps=lens.tuned_steps,
+        train_tokens_per_step=max(seq_len, lens.tuned_tokens_per_step // seq_len * seq_len),
+        precision=lens.precision,
+        progress=progress,
+    )
+    return run_lens_pipeline(options).records
 
 
 def analyze(
     cfg: ExperimentConfig, progress: bool = True, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
     """The report.json dict of a finished grid (probes and lens outputs under out_dir/analysis)."""
-    settings = cfg.analysis_settings()
+    settings = cfg.analysis
     root = cfg.root
     analysis_dir = root / "analysis"
     corpus = _eval_text(cfg)
@@ -220,6 +211,7 @@ def analyze(
             "name": spec.name,
             "mode": spec.mode,
             "tie": spec.tie,
+            "label": spec.label,
             "seed": spec.seed,
             "run_dir": str(run_dir),
         }
@@ -239,7 +231,7 @@ def analyze(
         record["probe_dir"] = str(probe_dir)
         runs.append(record)
     lens_block = None
-    lens = cfg.lens_settings()
+    lens = cfg.lens
     if lens.kind != "none":
         specs = [r["run_dir"] for r in runs]
         names = [r["name"] for r in runs]

@@ -1,27 +1,27 @@
-"""`ExperimentConfig`: a grid tie × mode × seed of training runs at one token budget.
+"""`ExperimentConfig`: a grid (tie or variant) × mode × seed of training runs at one budget.
 
-    cfg = load_config(ExperimentConfig, "configs/experiments/cpu.yaml", ["seeds=[0]"])
+    cfg = load_experiment("configs/experiments/cpu.yaml", ["seeds=[0]", "train.lr=1e-3"])
     for spec in cfg.runs():
         train_cfg = cfg.train_config(spec)       # the TrainConfig of one grid cell
 
-Each run lives in `out_dir/runs/<mode>-<tie>-s<seed>/` (a `tying train` run folder).
+Each run lives in `out/runs/<mode>-<label>-s<seed>/` (a `tying train` run folder), where the
+label is the tie ("pit") or, when the grid lists `variants`, the variant's name ("pit-riemann").
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from tying.config import ConfigError, from_dict
-from tying.interface import check_tie
+from tying.config import ConfigError, from_dict, load_config, renamed
+from tying.interface import check_tie, ties
 from tying.train.config import TrainConfig
 
-MODES = ("scratch", "teacher")
-LENS_KINDS = ("logit", "tuned", "both", "none")
 #: TrainConfig keys the grid sets itself (per cell).
-GRID_KEYS = ("tie", "seed", "out_dir", "resume")
+GRID_KEYS = ("seed", "out", "out_dir", "resume")
 
 
 @dataclass
@@ -29,27 +29,28 @@ class LensSettings:
     """The lens evaluation after the grid (`ExperimentConfig.lens`).
 
     Attributes:
-        kind: "logit", "tuned", "both" or "none" (no lens).
+        kind: logit, tuned, both or none (no lens).
         max_tokens: evaluated positions per model.
         seq_len: tokens per window (None: the runs' seq_len).
         batch_size: windows per forward pass.
         data: evaluation text (None: the runs' val_data, else Gutenberg validation).
-        tuned_steps, tuned_tokens_per_step: tuned-lens training budget (steps × tokens).
+        tuned_steps: tuned-lens training steps.
+        tuned_tokens_per_step: tuned-lens training tokens per step.
+        precision: auto, bf16 or fp32 for the forward passes and heads (KL in float32).
         include_teacher: also evaluate the teacher model when the grid has teacher runs.
     """
 
-    kind: str = "logit"
+    kind: Literal["logit", "tuned", "both", "none"] = "logit"
     max_tokens: int = 4096
     seq_len: int | None = None
     batch_size: int = 8
     data: str | None = None
     tuned_steps: int = 100
     tuned_tokens_per_step: int = 2048
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
     include_teacher: bool = True
 
     def __post_init__(self) -> None:
-        if self.kind not in LENS_KINDS:
-            raise ConfigError(f"lens.kind must be one of {LENS_KINDS}, got {self.kind!r}")
         if self.max_tokens < 1 or self.batch_size < 1:
             raise ConfigError("lens.max_tokens and lens.batch_size must be >= 1")
 
@@ -65,7 +66,7 @@ class AnalysisSettings:
         k: neighbours of KNN@k overlap.
         spectral_k, n_components: spectral distance's kNN graph and omnibus embedding size.
         corpus_tokens: tokens counted for norm-frequency (from the lens/validation text).
-        maps: "raw" or "effective" matrices in the tied-vs-untied comparisons.
+        maps: raw or effective matrices in the tied-vs-untied comparisons.
         skip: probe blocks left out (names of `tying.probe.BLOCKS`).
         probe_teacher: probe the teacher model when the grid has teacher runs.
     """
@@ -77,7 +78,7 @@ class AnalysisSettings:
     spectral_k: int = 32
     n_components: int = 64
     corpus_tokens: int = 100_000
-    maps: str = "raw"
+    maps: Literal["raw", "effective"] = "raw"
     skip: list[str] = field(default_factory=list)
     probe_teacher: bool = True
 
@@ -95,45 +96,58 @@ class AnalysisSettings:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One grid cell."""
+    """One grid cell.
+
+    Attributes:
+        mode: scratch or teacher.
+        label: the tie, or the variant's name when the grid has variants.
+        seed: the seed.
+        tie: the cell's interface.
+    """
 
     mode: str
-    tie: str
+    label: str
     seed: int
+    tie: str
 
     @property
     def name(self) -> str:
-        """Folder name, e.g. `scratch-pit-s0`."""
-        return f"{self.mode}-{self.tie}-s{self.seed}"
+        """Folder name, e.g. `scratch-pit-s0` or `scratch-pit-riemann-s1`."""
+        return f"{self.mode}-{self.label}-s{self.seed}"
 
 
 @dataclass
 class ExperimentConfig:
-    """A grid of runs tie × mode × seed at an equal token budget, and its analysis.
+    """A grid of runs (tie or variant) × mode × seed at an equal token budget, and its analysis.
 
     Attributes:
         name: title of the report.
-        out_dir: experiment folder (runs/, analysis/, figures/, report.*).
-        ties: interfaces ("untied", "tt", "pit").
-        modes: "scratch" (a preset from random init) and/or "teacher" (a converted model).
+        out: experiment folder (runs/, analysis/, figures/, report.*).
+        ties: interfaces of the grid (null = every registered interface; must be null when
+            `variants` is given).
+        variants: named cells instead of ties: {name: TrainConfig overrides}, each setting at
+            least `tie` (e.g. {pit-riemann: {tie: pit, pit_z_optimizer: riemannian_adam}}).
+        modes: scratch (a preset from random init) and/or teacher (a converted model).
         seeds: seeds (initialisation and data order).
         teacher_model: the teacher-mode model (a `tying.hf.load` spec).
         tokens: token budget per run; sets max_steps = ceil(tokens / global_batch_tokens)
-            (None: the max_steps of `train`).
-        checkpoints: checkpoints per run (for drift; checkpoint_every = max_steps // this,
-            unless `train` sets checkpoint_every).
-        train: TrainConfig overrides shared by every run.
-        scratch, teacher: TrainConfig overrides of one mode (applied after `train`).
-        lens: `LensSettings` keys.
-        analysis: `AnalysisSettings` keys.
-        keep_optimizer_states: keep optimizer.pt in every checkpoint of a finished run (False:
+            (null: the max_steps of `train`).
+        checkpoints: checkpoints per run (drift reads them; checkpoint_every = max_steps //
+            checkpoints unless `train` sets it).
+        train: TrainConfig keys shared by every run.
+        scratch: TrainConfig keys of scratch-mode runs (after `train`).
+        teacher: TrainConfig keys of teacher-mode runs (after `train`).
+        lens: the lens evaluation after the grid.
+        analysis: the probes and metrics after the grid.
+        keep_optimizer_states: keep optimizer.pt in every checkpoint of a finished run (false:
             only in the newest; the older ones keep their weights, which is all drift reads).
     """
 
     name: str = "experiment"
-    out_dir: str = "runs/experiment"
-    ties: list[str] = field(default_factory=lambda: ["untied", "tt", "pit"])
-    modes: list[str] = field(default_factory=lambda: ["scratch"])
+    out: str = renamed("runs/experiment", "out_dir")
+    ties: list[str] | None = None
+    variants: dict[str, dict[str, Any]] = field(default_factory=dict)
+    modes: list[Literal["scratch", "teacher"]] = field(default_factory=lambda: ["scratch"])
     seeds: list[int] = field(default_factory=lambda: [0])
     teacher_model: str = "smollm2"
     tokens: int | None = None
@@ -141,131 +155,130 @@ class ExperimentConfig:
     train: dict[str, Any] = field(default_factory=dict)
     scratch: dict[str, Any] = field(default_factory=dict)
     teacher: dict[str, Any] = field(default_factory=dict)
-    lens: dict[str, Any] = field(default_factory=dict)
-    analysis: dict[str, Any] = field(default_factory=dict)
+    lens: LensSettings = field(default_factory=LensSettings)
+    analysis: AnalysisSettings = field(default_factory=AnalysisSettings)
     keep_optimizer_states: bool = False
 
     def __post_init__(self) -> None:
-        for tie in self.ties:
+        if self.variants and self.ties is not None:
+            raise ConfigError(
+                "give either ties or variants (each variant sets its own tie), not both"
+            )
+        for name, overrides in self.variants.items():
+            if not isinstance(overrides, dict) or "tie" not in overrides:
+                raise ConfigError(f"variants.{name} must be a mapping that sets at least `tie`")
+            if not _SAFE_NAME.fullmatch(str(name)):
+                raise ConfigError(
+                    f"variant name {name!r} must be letters, digits, '.', '_' or '-' (it names "
+                    "a folder)"
+                )
+        for tie in self.ties or []:
             try:
                 check_tie(tie)
             except ValueError as e:
                 raise ConfigError(f"ties: {e}") from None
-        for mode in self.modes:
-            if mode not in MODES:
-                raise ConfigError(f"modes must be some of {MODES}, got {mode!r}")
-        for name in ("ties", "modes", "seeds"):
+        for name in ("modes", "seeds"):
             values = getattr(self, name)
             if not values:
                 raise ConfigError(f"{name} must not be empty")
             if len(set(values)) != len(values):
                 raise ConfigError(f"{name} has duplicates: {values}")
+        if self.ties is not None and (not self.ties or len(set(self.ties)) != len(self.ties)):
+            raise ConfigError(f"ties must be a non-empty list without duplicates, got {self.ties}")
         if self.tokens is not None and self.tokens < 1:
             raise ConfigError(f"tokens must be >= 1 or null, got {self.tokens}")
         if self.checkpoints < 2:
             raise ConfigError(f"checkpoints must be >= 2 (drift needs two), got {self.checkpoints}")
         for section in ("train", "scratch", "teacher"):
-            bad = [k for k in getattr(self, section) if k in GRID_KEYS]
+            bad = [k for k in getattr(self, section) if k in (*GRID_KEYS, "tie")]
             if bad:
                 raise ConfigError(
-                    f"{section}: {bad} are set per grid cell (ties, seeds, out_dir); remove them"
+                    f"{section}: {bad} are set per grid cell (ties or variants, seeds, out); "
+                    "remove them"
                 )
-        self.lens_settings()
-        self.analysis_settings()
+        for name, overrides in self.variants.items():
+            bad = [k for k in overrides if k in GRID_KEYS]
+            if bad:
+                raise ConfigError(f"variants.{name}: {bad} are set per grid cell; remove them")
         for spec in self.runs():  # every cell's TrainConfig must be valid before anything runs
             self.train_config(spec)
 
-    def lens_settings(self) -> LensSettings:
-        return from_dict(LensSettings, self.lens, source="lens")
-
-    def analysis_settings(self) -> AnalysisSettings:
-        return from_dict(AnalysisSettings, self.analysis, source="analysis")
+    def labels(self) -> list[tuple[str, str]]:
+        """(label, tie) of the grid's columns: the variants, else the ties."""
+        if self.variants:
+            return [(name, str(v["tie"])) for name, v in self.variants.items()]
+        return [(tie, tie) for tie in (self.ties if self.ties is not None else ties())]
 
     def runs(self) -> list[RunSpec]:
-        """The grid cells, mode-major then seed then tie (untied first, as listed)."""
+        """The grid cells, mode-major then seed then label (in the order listed)."""
         return [
-            RunSpec(mode, tie, int(seed))
+            RunSpec(mode, label, int(seed), tie)
             for mode in self.modes
             for seed in self.seeds
-            for tie in self.ties
+            for label, tie in self.labels()
         ]
 
     @property
     def root(self) -> Path:
-        return Path(self.out_dir)
+        return Path(self.out)
 
     def run_dir(self, spec: RunSpec) -> Path:
         return self.root / "runs" / spec.name
 
+    def _cell_overrides(self, spec: RunSpec) -> dict[str, Any]:
+        """TrainConfig keys of one cell before the grid's own: train < mode < variant."""
+        data: dict[str, Any] = dict(self.train)
+        data.update(self.scratch if spec.mode == "scratch" else self.teacher)
+        if self.variants:
+            data.update(self.variants[spec.label])
+        return data
+
     def set_keys(self, spec: RunSpec) -> set[str]:
         """TrainConfig keys this experiment sets for `spec` (the rest are TrainConfig defaults)."""
-        mode = self.scratch if spec.mode == "scratch" else self.teacher
-        keys = {*self.train, *mode, "tie", "seed", "model", "max_steps", "checkpoint_every"}
+        keys = {
+            *self._cell_overrides(spec),
+            "tie",
+            "seed",
+            "model",
+            "max_steps",
+            "checkpoint_every",
+        }
         return keys - {"progress", "resume", "tensorboard"}
 
     def train_config(self, spec: RunSpec) -> TrainConfig:
-        """The TrainConfig of one cell: defaults < `train` < mode overrides < the cell.
+        """The TrainConfig of one cell: defaults < `train` < mode section < variant < the cell.
 
         Gradient paths are tracked; checkpoints are spaced for `checkpoints` per run and all
         kept (drift reads them).
         """
         data: dict[str, Any] = {"track_gradient_paths": True, "tensorboard": False}
-        data.update(self.train)
-        data.update(self.scratch if spec.mode == "scratch" else self.teacher)
+        cell = self._cell_overrides(spec)
+        data.update(cell)
         data.update(
             tie=spec.tie,
             seed=spec.seed,
-            out_dir=str(self.run_dir(spec)),
+            out=str(self.run_dir(spec)),
             model=self.teacher_model if spec.mode == "teacher" else None,
         )
-        source = f"{self.name}: {spec.name}"
-        cfg = from_dict(TrainConfig, data, source=source)
+        cfg = from_dict(TrainConfig, data, source=f"{self.name}: {spec.name}")
         if self.tokens is not None:
             cfg.max_steps = max(1, math.ceil(self.tokens / cfg.global_batch_tokens))
-        if "checkpoint_every" not in self.train and "checkpoint_every" not in (
-            self.scratch if spec.mode == "scratch" else self.teacher
-        ):
+        if "checkpoint_every" not in cell:
             cfg.checkpoint_every = max(1, cfg.max_steps // self.checkpoints)
         if cfg.checkpoint_every:
             cfg.keep_last = max(cfg.keep_last, cfg.max_steps // cfg.checkpoint_every + 1)
         return cfg
 
 
-#: Sections of ExperimentConfig that are mappings (dotted overrides `train.lr=1e-3` go in them).
-SECTIONS = ("train", "scratch", "teacher", "lens", "analysis")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
 def load_experiment(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Any:
-    """An `ExperimentConfig` from a YAML file and `key=value` overrides.
-
-    `section.key=value` (section one of SECTIONS) sets one key inside a mapping section, e.g.
-    `train.max_steps=50`; a plain `key=value` replaces a top-level value.
+    """An `ExperimentConfig` from a YAML file and `key=value` overrides (dotted keys for
+    sections: `train.max_steps=50`, `lens.kind=tuned`).
 
     Raises:
         FileNotFoundError: `path` does not exist.
-        ConfigError: unknown keys, ill-typed values, an unknown section.
+        ConfigError: unknown keys, ill-typed values.
     """
-    import yaml
-
-    from tying.config import parse_overrides
-
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise FileNotFoundError(f"experiment config {p} does not exist")
-        loaded = yaml.safe_load(p.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{p} must hold a mapping of key: value")
-        data.update(loaded)
-    for key, value in parse_overrides(list(overrides)).items():
-        if "." in key:
-            section, sub = key.split(".", 1)
-            if section not in SECTIONS:
-                raise ConfigError(
-                    f"override {key!r}: dotted keys go into one of {SECTIONS}, not {section!r}"
-                )
-            data[section] = {**(data.get(section) or {}), sub: value}
-        else:
-            data[key] = value
-    return from_dict(ExperimentConfig, data, source=str(path) if path else "overrides")
+    return load_config(ExperimentConfig, path, overrides)

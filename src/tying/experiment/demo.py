@@ -17,9 +17,10 @@ the demo.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from tying.experiment.config import ExperimentConfig
+from tying.experiment.config import AnalysisSettings, ExperimentConfig, LensSettings
 
 #: Default token budget per run.
 DEMO_TOKENS = 49_152
@@ -27,51 +28,74 @@ DEMO_TOKENS = 49_152
 DEMO_DOCUMENTS = 8
 
 
-def demo_config(
-    model: str = "smollm2",
-    data: str | None = None,
-    val_data: str | None = None,
-    budget: int | None = DEMO_TOKENS,
-    steps: int | None = None,
-    out: str = "runs/demo",
-    seq_len: int = 256,
-    batch_tokens: int = 2048,
-    lens_tokens: int = 2048,
-    eval_tokens: int = 4096,
-    tokenizer: str | None = None,
-    precision: str = "bf16",
-) -> ExperimentConfig:
+@dataclass
+class DemoOptions:
+    """Options of `tying demo`.
+
+    Attributes:
+        model: the teacher (smollm2, a .gguf, a transformers folder or a hub id).
+        data: training text (null = a few Gutenberg training books).
+        val_data: validation and lens text (null = Gutenberg validation).
+        budget: training tokens per run.
+        steps: optimizer steps (overrides `budget`; null = from the budget).
+        out: output folder (report.html, report.md, report.json, runs/).
+        seq_len: tokens per window.
+        batch_tokens: tokens per optimizer step.
+        lens_tokens: positions of the logit lens.
+        eval_tokens: validation tokens per run.
+        tokenizer: override the teacher's tokenizer (a tokenizer spec).
+        precision: auto, bf16 or fp32 for training.
+        progress: show progress bars.
+    """
+
+    model: str = "smollm2"
+    data: str | None = None
+    val_data: str | None = None
+    budget: int = DEMO_TOKENS
+    steps: int | None = None
+    out: str = "runs/demo"
+    seq_len: int = 256
+    batch_tokens: int = 2048
+    lens_tokens: int = 2048
+    eval_tokens: int = 4096
+    tokenizer: str | None = None
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    progress: bool = True
+
+
+def demo_config(options: DemoOptions | None = None) -> ExperimentConfig:
     """The demo's ExperimentConfig (teacher mode, ties tt and pit, one seed)."""
+    o = options or DemoOptions()
     train: dict[str, Any] = {
-        "seq_len": seq_len,
-        "global_batch_tokens": batch_tokens,
-        "micro_batch_size": max(1, min(4, batch_tokens // seq_len)),
+        "seq_len": o.seq_len,
+        "global_batch_tokens": o.batch_tokens,
+        "micro_batch_size": max(1, min(4, o.batch_tokens // o.seq_len)),
         "lr": 3e-4,
         "weight_decay": 0.0,
         "warmup_steps": 2,
         "eval_every": 0,
-        "eval_tokens": eval_tokens,
-        "precision": precision,
-        "data": data,
-        "val_data": val_data,
-        "max_documents": DEMO_DOCUMENTS if data is None else None,
+        "eval_tokens": o.eval_tokens,
+        "precision": o.precision,
+        "data": o.data,
+        "val_data": o.val_data,
+        "max_documents": DEMO_DOCUMENTS if o.data is None else None,
     }
-    if tokenizer is not None:
-        train["tokenizer"] = tokenizer
-    if steps is not None:
-        train["max_steps"] = steps
+    if o.tokenizer is not None:
+        train["tokenizer"] = o.tokenizer
+    if o.steps is not None:
+        train["max_steps"] = o.steps
     return ExperimentConfig(
-        name=f"tying demo: {model}, TT vs PIT continued pretraining",
-        out_dir=out,
+        name=f"tying demo: {o.model}, TT vs PIT continued pretraining",
+        out=o.out,
         ties=["tt", "pit"],
         modes=["teacher"],
         seeds=[0],
-        teacher_model=model,
-        tokens=None if steps is not None else budget,
+        teacher_model=o.model,
+        tokens=None if o.steps is not None else o.budget,
         checkpoints=3,
         train=train,
-        lens={"kind": "logit", "max_tokens": lens_tokens, "batch_size": 4},
-        analysis={"corpus_tokens": 100_000, "loss_window": 5},
+        lens=LensSettings(kind="logit", max_tokens=o.lens_tokens, batch_size=4),
+        analysis=AnalysisSettings(corpus_tokens=100_000, loss_window=5),
     )
 
 

@@ -7,8 +7,14 @@ from typing import Any
 
 from tying.experiment import plots
 from tying.report import Column, Document, Figure, Table
+from tying.report.style import coincidence_note, coincident_groups
 
 _CONS = ("delta_ti", "cosine_distance", "procrustes_error", "principal_angle_max")
+
+
+def _listing(values: list[Any]) -> str:
+    """The values comma-separated, without Python's brackets: "tt, pit" for ["tt", "pit"]."""
+    return ", ".join(str(v) for v in values)
 
 
 def _ok(block: Any) -> bool:
@@ -20,7 +26,7 @@ def _loss_table(runs: list[dict[str, Any]]) -> Table:
         [
             Column("name", "run"),
             Column("steps", "steps"),
-            Column("tokens", "tokens"),
+            Column("tokens", "trained", "tokens"),
             Column("final_train_loss", "final train loss", "nats/token"),
             Column("val_loss", "val loss", "nats/token"),
             Column("val_ppl", "val ppl"),
@@ -35,7 +41,10 @@ def _loss_table(runs: list[dict[str, Any]]) -> Table:
 
 
 def _seed_table(rows: list[dict[str, Any]]) -> Table:
-    cols = [Column("mode", "mode"), Column("tie", "tie"), Column("seeds", "seeds")]
+    cols = [Column("mode", "mode")]
+    if any(r.get("label") is not None for r in rows):  # reports before labels lack them
+        cols.append(Column("label", "run"))
+    cols += [Column("tie", "tie"), Column("seeds", "seeds")]
     for key, title in (("final_train_loss", "final train loss"), ("val_loss", "val loss")):
         cols += [
             Column(f"{key}_mean", f"{title} mean", "nats/token"),
@@ -104,6 +113,52 @@ def _comparison_rows(runs: list[dict[str, Any]]) -> tuple[list, list]:
     return align, neigh
 
 
+def _lens_table(records: list[dict[str, Any]], kind: str) -> Table:
+    """KL per entry of one lens kind: one row per entry (emb, 1..L), one column per model.
+
+    Entries run down the rows because their number grows with the model (31 for SmolLM2)
+    while the models of a report are few: the table stays narrow, reads like the figure's
+    x axis, and one entry of every model is compared along one row.
+    """
+    from tying.lens import entry_labels
+
+    chosen = [r for r in records if r["kind"] == kind]
+    n = max(len(r["kl"]) for r in chosen)
+    cols = [Column("entry", "entry")] + [Column(f"m{i}", r["name"]) for i, r in enumerate(chosen)]
+    rows = [
+        {
+            "entry": label,
+            **{f"m{i}": r["kl"][e] if e < len(r["kl"]) else None for i, r in enumerate(chosen)},
+        }
+        for e, label in enumerate(entry_labels(n))
+    ]
+    return Table(
+        cols,
+        rows,
+        title=f"KL(final ‖ {kind} lens) per entry (bits/token; emb = embedding output, "
+        "i = output of block i)",
+    )
+
+
+def _lens_section(doc: Document, records: list[dict[str, Any]], figures: Path) -> None:
+    """Figure and table of the lens KL per entry, one of each per lens kind."""
+    from tying.lens import plot_lens_kl
+
+    sec = doc.section("Lens KL per layer (weight-tying-bias Figure 2)")
+    records = [{**r, "name": r["run"]} for r in records]
+    kinds = list(dict.fromkeys(r["kind"] for r in records))
+    for kind in kinds:  # one figure and one table per lens kind ("both": logit and tuned)
+        name = "lens.png" if len(kinds) == 1 else f"lens_{kind}.png"
+        chosen = [r for r in records if r["kind"] == kind]
+        path = plot_lens_kl(chosen, figures / name, title=f"KL(final ‖ {kind} lens) per layer")
+        caption = f"KL(final ‖ {kind} lens) per layer, bits/token."
+        note = coincidence_note(
+            coincident_groups({r["name"]: r["kl"] for r in chosen}), "bits/token"
+        )
+        sec.add(Figure(path, f"{caption} {note}".strip()))
+        sec.add(_lens_table(records, kind))
+
+
 def build_document(report: dict[str, Any], out_dir: Path) -> Document:
     """The Document of a report.json dict; writes its figures to out_dir/figures/."""
     figures = out_dir / "figures"
@@ -112,9 +167,9 @@ def build_document(report: dict[str, Any], out_dir: Path) -> Document:
     doc = Document(
         report["name"],
         [
-            f"Grid: ties {cfg['ties']} × modes {cfg['modes']} × seeds {cfg['seeds']}; "
-            f"every run trained for the same token budget. Numbers: report.json; runs: "
-            f"{out_dir / 'runs'}."
+            f"Grid: ties {_listing(cfg['ties'])} × modes {_listing(cfg['modes'])} × seeds "
+            f"{_listing(cfg['seeds'])}; every run trained for the same token budget. "
+            f"Numbers: `report.json`; runs: `{out_dir / 'runs'}`."
         ],
     )
     sec = doc.section("Training (PIT Table 1, Figures 3–4)")
@@ -148,7 +203,8 @@ def build_document(report: dict[str, Any], out_dir: Path) -> Document:
                 ],
                 align,
                 title="Alignment: mean per-token cosine after the best identity / orthogonal / linear "
-                "map, mean-centred (docs/metrics.md §2; 1 = aligned)",
+                "map of the source onto the target (untied onto tied, as the weight-tying-bias paper "
+                "reads its rows; raw cosine for identity; docs/metrics.md §2; 1 = aligned)",
             )
         )
         sec.add(
@@ -171,36 +227,26 @@ def build_document(report: dict[str, Any], out_dir: Path) -> Document:
 
     lens = report.get("lens")
     if lens and lens.get("records"):
-        from tying.lens import plot_lens_kl
-
-        sec = doc.section("Lens KL per layer (weight-tying-bias Figure 2)")
-        records = [{**r, "name": r["run"]} for r in lens["records"]]
-        kinds = list(dict.fromkeys(r["kind"] for r in records))
-        for kind in kinds:  # one figure per lens kind ("both": logit and tuned)
-            name = "lens.png" if len(kinds) == 1 else f"lens_{kind}.png"
-            chosen = [r for r in records if r["kind"] == kind]
-            path = plot_lens_kl(chosen, figures / name, title=f"KL(final ‖ {kind} lens) per layer")
-            sec.add(Figure(path, f"KL(final ‖ {kind} lens) per layer, bits/token"))
-        n = max(len(r["kl"]) for r in records)
-        cols = [Column("name", "model"), Column("kind", "lens")]
-        cols += [Column(f"e{i}", "emb" if i == 0 else str(i)) for i in range(n)]
-        rows = [
-            {"name": r["name"], "kind": r["kind"], **{f"e{i}": v for i, v in enumerate(r["kl"])}}
-            for r in records
-        ]
-        sec.add(Table(cols, rows, title="KL(final ‖ lens) per entry (bits/token)"))
+        _lens_section(doc, lens["records"], figures)
 
     drifting = [r for r in runs if _ok(r["probe"].get("drift"))]
     if drifting:
         sec = doc.section("Drift over checkpoints (weight-tying-bias Figure 3)")
         path = plots.plot_drift_runs(drifting, figures / "drift.png")
-        sec.add(
-            Figure(
-                path,
-                "mean per-token cosine of E and U to the first saved checkpoint (not the "
-                "initialisation: the first checkpoint is at checkpoint_every steps)",
-            )
+        caption = (
+            "mean per-token cosine of E and U to the first saved checkpoint (not the "
+            "initialisation: the first checkpoint is at checkpoint_every steps)."
         )
+        one = [r["name"] for r in drifting if r["probe"].get("model", {}).get("shares_matrix")]
+        if one:
+            caption += (
+                f" E and U of {', '.join(one)} are one matrix: both panels show the same curve."
+            )
+        for label, groups in plots.drift_coincidences(drifting).items():
+            note = coincidence_note(groups)
+            if note:
+                caption += f" Panel {label}: {note}"
+        sec.add(Figure(path, caption))
     teacher = report.get("teacher")
     if teacher:
         sec = doc.section("Teacher")

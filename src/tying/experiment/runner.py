@@ -82,7 +82,7 @@ def _check_same_config(run_dir: Path, cfg: TrainConfig, keys: set[str]) -> None:
     diff = sorted(k for k in keys if k in new and old.get(k) != new[k])
     if diff:
         raise ConfigError(
-            f"{run_dir} was trained with other settings ({', '.join(diff)}); use another out_dir "
+            f"{run_dir} was trained with other settings ({', '.join(diff)}); use another out "
             "or delete that run folder to retrain it"
         )
 

@@ -5,6 +5,7 @@
     tying.hf.interface_of(model)                             # the PseudoInverseTying
     model.save_pretrained(d); tying.hf.from_pretrained(d)   # native: stores Z and L only
     tying.hf.export(model, out, tokenizer)                   # plain transformers checkpoint
+    tying.hf.TyingForCausalLM(tying.hf.TyingConfig(...))     # tying's decoder as a transformers model
 
 See docs/hf.md.
 """
@@ -19,10 +20,22 @@ from tying.hf.convert import (
     interface_of,
     is_converted,
 )
-from tying.hf.export import export, load_for_export
+from tying.hf.decoder_lm import TyingConfig, TyingForCausalLM, register_auto
+from tying.hf.export import export
 from tying.hf.loading import NAMED_MODELS, load, named_model_path
 from tying.hf.modules import InterfaceEmbedding, InterfaceHead
 from tying.hf.native import from_pretrained, is_converted_folder
+
+register_auto()
+
+
+def __getattr__(name: str) -> object:
+    if name == "load_for_export":  # moved to the loader layer (hf imports nothing of train)
+        from tying._compat import moved_attribute
+
+        return moved_attribute("tying.hf", name, "tying.loader")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ADAPTERS",
@@ -33,6 +46,8 @@ __all__ = [
     "HFCausalLM",
     "InterfaceEmbedding",
     "InterfaceHead",
+    "TyingConfig",
+    "TyingForCausalLM",
     "conversion_report",
     "convert",
     "export",
@@ -42,7 +57,6 @@ __all__ = [
     "is_converted",
     "is_converted_folder",
     "load",
-    "load_for_export",
     "named_model_path",
     "supported_model_types",
 ]

@@ -1,6 +1,6 @@
 """`HFCausalLM`: a converted transformers model seen the way the trainer, lenses and probe see models.
 
-It exposes the same methods as `tying.model.decoder.Decoder`:
+It exposes the same methods as `tying.decoder.decoder.Decoder`:
 
     interface                      the TokenInterface
     final_hidden(ids)  -> (B, T, d)  after the final norm (what the head reads)

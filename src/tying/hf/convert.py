@@ -35,24 +35,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from tying.hf.adapters import Adapter, get_adapter
 from tying.hf.modules import INTERFACE_ATTR, InterfaceEmbedding, InterfaceHead
-from tying.hf.state import CONFIG_KEY, interface_record, tie_of
-from tying.interface.base import TokenInterface
-from tying.interface.factory import check_tie
-from tying.interface.pit import T_INITS, PseudoInverseTying
-from tying.interface.transpose import TransposeTying
-from tying.interface.untied import Untied
+from tying.hf.state import CONFIG_KEY, interface_record
+from tying.interface import TokenInterface, interface_class, tie_of
+from tying.interface.base import SOURCES
+from tying.interface.pit import DEFAULT_T_INIT
+from tying.interface.registry import check_options
 
-#: t_init used by `convert(tie="pit")` when none is given. "output" keeps the
-#: teacher's head (its logits) exactly; the issue leaves the final default to a
-#: measurement, so callers should read this constant rather than hard-code it.
-DEFAULT_T_INIT = "output"
-#: Which teacher matrix seeds a TT or PIT interface.
-SOURCES = ("input", "output")
+__all__ = ["DEFAULT_T_INIT", "SOURCES", "ConversionReport", "convert", "install_interface"]
 #: Attribute of a converted model holding its ConversionReport.
 REPORT_ATTR = "tying_report"
 
@@ -164,23 +157,6 @@ def _teacher_matrices(adapter: Adapter, model: nn.Module) -> tuple[Tensor, Tenso
     return E0.detach(), U0.detach(), (bias.detach() if isinstance(bias, Tensor) else None)
 
 
-def _build_pit(
-    M: Tensor, t_init: str, bias: Tensor | None, options: dict[str, Any]
-) -> PseudoInverseTying:
-    """PIT from teacher matrix M, built in float32 (float64 for float64 M), then cast to M's dtype."""
-    work = torch.float64 if M.dtype == torch.float64 else torch.float32
-    rank_rtol = options.pop("rank_rtol", None)
-    pit = PseudoInverseTying.from_teacher(
-        M.to(work),
-        t_init,
-        dtype=work,
-        rank_rtol=rank_rtol,
-        bias=None if bias is None else bias.to(work),
-        **options,
-    )
-    return pit.to(device=M.device, dtype=M.dtype)
-
-
 def install_interface(
     model: nn.Module, interface: TokenInterface, adapter: Adapter, embed_scale: float
 ) -> None:
@@ -193,8 +169,8 @@ def install_interface(
     """
     setattr(model, INTERFACE_ATTR, interface)
     interface._is_hf_initialized = True
-    adapter.set_input_embedding(model, InterfaceEmbedding(interface, embed_scale))
-    adapter.set_output_head(model, InterfaceHead(interface))
+    adapter.set_input_embedding(model, InterfaceEmbedding(model, embed_scale))
+    adapter.set_output_head(model, InterfaceHead(model))
     model.config.tie_word_embeddings = False
     text_config = (
         model.config.get_text_config() if hasattr(model.config, "get_text_config") else None
@@ -221,7 +197,6 @@ def convert(
     model: nn.Module,
     tie: str = "pit",
     *,
-    t_init: str | None = None,
     source: str | None = None,
     tokenizer: Any = None,
     **interface_options: Any,
@@ -231,18 +206,18 @@ def convert(
     Args:
         model: a `transformers` causal LM of a supported architecture
             (`tying.hf.adapters.supported_model_types()`), not yet converted.
-        tie: "untied", "tt" or "pit".
-        t_init: PIT only: "output" (keep the teacher's head), "input" (keep its
-            embedding) or "identity" (T = I). Default `DEFAULT_T_INIT`.
+        tie: a registered interface name ("untied", "tt", "pit").
         source: TT/PIT only: the teacher matrix the interface is built from,
             "input" (E0) or "output" (U0). Default: "input" for TT; for PIT
             "output" when t_init="output", else "input". Irrelevant for tied teachers.
         tokenizer: optional tokenizer; len(tokenizer) is checked against the
             embedding rows and padded rows are reported.
-        interface_options: constructor keyword arguments of the interface
-            (PIT: trainable_z, diag_activation, diag_clamp, retraction_eps,
-            rank_rtol, loss_chunk_size; TT: input_grad_scale, loss_chunk_size;
-            untied: loss_chunk_size).
+        interface_options: the interface's conversion options, the keywords of its
+            `from_teacher_matrices` (PIT: t_init ("output" keeps the teacher's head, "input"
+            its embedding, "identity" T = I; default `DEFAULT_T_INIT`), trainable_z,
+            diag_activation, diag_clamp, retraction_eps, rank_rtol, loss_chunk_size; TT:
+            input_grad_scale, loss_chunk_size; untied: loss_chunk_size); one that does not
+            apply raises ValueError.
 
     Returns:
         The ConversionReport (also kept as `model.tying_report` and, as a dict,
@@ -253,21 +228,15 @@ def convert(
             option, a tokenizer larger than the embedding, or (PIT) a
             rank-deficient teacher matrix.
     """
-    check_tie(tie)
+    cls = interface_class(tie)
     adapter = get_adapter(model)
     if is_converted(model):
         raise ValueError(
             "this model is already converted (it has model.tying_interface); export it with "
             "tying.hf.export and reload it to convert again"
         )
-    if tie != "pit" and t_init is not None:
-        raise ValueError(f"t_init applies to tie='pit' only, got tie={tie!r}")
-    if source is not None and source not in SOURCES:
-        raise ValueError(f"source must be one of {SOURCES} or None, got {source!r}")
-    if tie == "untied" and source is not None:
-        raise ValueError(
-            "source applies to tie='tt' or 'pit'; 'untied' keeps both teacher matrices"
-        )
+    options = {k: v for k, v in interface_options.items() if v is not None}
+    check_options(tie, cls.from_teacher_matrices, options, "conversion")
 
     E0, U0, bias = _teacher_matrices(adapter, model)
     V, d = E0.shape
@@ -290,41 +259,19 @@ def convert(
                 "tokenizer; they are kept so every model id stays valid"
             )
 
-    options = dict(interface_options)
-    if tie == "untied":
-        used, source_name = E0, "both"
-        interface: TokenInterface = Untied(E0, U0, bias=bias, **options)
-        if teacher_tied:
-            notes.append("tied teacher: E and W_out start as two equal copies and train apart")
-    elif tie == "tt":
-        source_name = source or "input"
-        used = E0 if source_name == "input" else U0
-        interface = TransposeTying(used, bias=bias, **options)
-        if not teacher_tied:
-            notes.append(
-                f"untied teacher: TT keeps its {source_name} matrix for both sides; the other "
-                "one is dropped and logits change"
-            )
-    else:
-        t_init = t_init or DEFAULT_T_INIT
-        if t_init not in T_INITS:
-            raise ValueError(f"t_init must be one of {T_INITS}, got {t_init!r}")
-        source_name = source or ("output" if t_init == "output" else "input")
-        used = E0 if source_name == "input" else U0
-        interface = _build_pit(used, t_init, bias, options)
-        if used.dtype in (torch.float16, torch.bfloat16):
-            notes.append(
-                f"Z is stored in {used.dtype}: its columns are orthonormal only to that precision; "
-                "load the model in float32 to convert exactly"
-            )
+    built = cls.from_teacher_matrices(
+        E0, U0, bias=bias, teacher_tied=bool(teacher_tied), source=source, **options
+    )
+    interface, used = built.interface, built.used
+    notes += built.notes
     zero_rows = int((used == 0).all(dim=1).sum()) if used.numel() else 0
 
     report = ConversionReport(
         model_type=model.config.model_type,
         family=adapter.family,
         tie=tie_of(interface),
-        t_init=t_init if tie == "pit" else None,
-        source=source_name,
+        t_init=built.settings.get("t_init"),
+        source=built.source,
         teacher_tied=bool(teacher_tied),
         vocab_rows=int(V),
         d_model=int(d),
@@ -334,7 +281,7 @@ def convert(
         embed_scale=float(embed_scale),
         output_bias=bias is not None,
         logit_softcap=adapter.logit_softcap(model),
-        dtype=str(interface.z.dtype if tie == "pit" else used.dtype).removeprefix("torch."),
+        dtype=str(interface.embedding_matrix().dtype).removeprefix("torch."),
         notes=notes,
     )
     install_interface(model, interface, adapter, embed_scale)

@@ -20,8 +20,7 @@ from torch import nn
 from tying.hf.adapters import get_adapter
 from tying.hf.convert import _unwrap, interface_of
 from tying.hf.modules import INTERFACE_ATTR
-from tying.hf.native import from_pretrained, is_converted_folder, load_tokenizer
-from tying.hf.state import CONFIG_KEY, tie_of
+from tying.hf.state import CONFIG_KEY
 
 
 def _module_name(model: nn.Module, target: nn.Module) -> str:
@@ -57,14 +56,13 @@ def export(model: nn.Module, out_dir: str | Path, tokenizer: Any = None) -> Path
         raise ValueError("merge peft adapters (merge_and_unload) before exporting")
     interface = interface_of(inner)
     adapter = get_adapter(inner)
-    tie = tie_of(interface)
     embed_name = _module_name(inner, adapter.input_embedding(inner))
     head_name = _module_name(inner, adapter.output_head(inner))
 
     state = {k: v for k, v in inner.state_dict().items() if not k.startswith(INTERFACE_ATTR + ".")}
     with torch.no_grad():
         state[f"{embed_name}.weight"] = interface.embedding_matrix().detach().clone().contiguous()
-        if tie != "tt":
+        if not interface.shares_matrix:
             state[f"{head_name}.weight"] = (
                 interface.unembedding_matrix().detach().clone().contiguous()
             )
@@ -80,7 +78,7 @@ def export(model: nn.Module, out_dir: str | Path, tokenizer: Any = None) -> Path
     try:
         if had_record:
             delattr(config, CONFIG_KEY)
-        config.tie_word_embeddings = tie == "tt"
+        config.tie_word_embeddings = interface.shares_matrix
         inner.save_pretrained(out, state_dict=state)
     finally:
         config.tie_word_embeddings = tie_flag
@@ -91,42 +89,9 @@ def export(model: nn.Module, out_dir: str | Path, tokenizer: Any = None) -> Path
     return out
 
 
-def load_for_export(path: str | Path) -> tuple[nn.Module, Any]:
-    """(converted model, tokenizer or None) from something `tying export` accepts.
+def __getattr__(name: str) -> Any:
+    if name == "load_for_export":  # moved to the loader layer (hf imports nothing of train)
+        from tying._compat import moved_attribute
 
-    - a folder written by `tying convert --out` or by `save_pretrained` of a converted model;
-    - a teacher-mode training run (or one of its checkpoints): the converted
-      Hugging Face model with the trained weights, and the teacher's tokenizer.
-
-    Raises:
-        FileNotFoundError: `path` does not exist.
-        ValueError: `path` is neither, or is a scratch-mode run (tying's own
-            decoder has no standard transformers architecture to export to).
-    """
-    folder = Path(path).expanduser()
-    if not folder.exists():
-        raise FileNotFoundError(f"no such file or folder: {folder}")
-    if folder.is_dir() and is_converted_folder(folder):
-        return from_pretrained(folder), load_tokenizer(folder)
-    from tying.train.checkpoint import resolve_checkpoint
-
-    try:
-        resolve_checkpoint(folder)
-    except FileNotFoundError:
-        raise ValueError(
-            f"{folder} is neither a converted model folder (config.json with a '{CONFIG_KEY}' "
-            "record, as written by `tying convert --out`) nor a training run with checkpoints"
-        ) from None
-    from tying.hf.causal_lm import HFCausalLM
-    from tying.hf.loading import load
-    from tying.train.restore import load_trained
-
-    model, _, cfg, _ = load_trained(folder)
-    if not isinstance(model, HFCausalLM):
-        raise ValueError(
-            f"{folder} is a scratch-mode run of tying's own decoder, which has no standard "
-            "transformers architecture; save it with tying.model.TyingForCausalLM.save_pretrained "
-            "(loads wherever tying is installed)"
-        )
-    _, tokenizer = load(cfg.model)
-    return model.hf_model, tokenizer
+        return moved_attribute("tying.hf.export", name, "tying.loader")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

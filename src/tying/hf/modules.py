@@ -1,9 +1,10 @@
 """The modules that stand where a `transformers` model had its embedding and head.
 
-Both wrap ONE `TokenInterface`, which the converted model registers once as
-`model.tying_interface` (so `model.parameters()` yields each interface
-parameter once and `state_dict` keys read `tying_interface.z`, ...). The
-wrappers keep a plain, unregistered reference to it: they own no parameters.
+Both read ONE `TokenInterface` from the module that registers it (its owner): a converted
+transformers model registers it once as `model.tying_interface`, tying's own decoder as
+`decoder.interface`, so `model.parameters()` yields each interface parameter once. The
+wrappers keep a plain, unregistered reference to the owner and look the interface up on every
+call (replacing the owner's interface is seen at once); they own no parameters.
 """
 
 from __future__ import annotations
@@ -18,24 +19,34 @@ INTERFACE_ATTR = "tying_interface"
 
 
 class _InterfaceView(nn.Module):
-    """Shared plumbing: an unregistered reference to the interface."""
+    """Shared plumbing: an unregistered reference to the module that owns the interface.
 
-    def __init__(self, interface: TokenInterface) -> None:
+    Args:
+        owner: the module that registers the interface as its attribute `attr`.
+        attr: that attribute's name (`INTERFACE_ATTR` on converted transformers models,
+            "interface" on tying's decoder).
+    """
+
+    def __init__(self, owner: nn.Module, attr: str = INTERFACE_ATTR) -> None:
         super().__init__()
-        if not isinstance(interface, TokenInterface):
-            raise ValueError(f"expected a tying TokenInterface, got {type(interface).__name__}")
-        # Bypass nn.Module.__setattr__: the interface is registered on the model, not here.
-        object.__setattr__(self, "_interface", interface)
+        if not isinstance(getattr(owner, attr, None), TokenInterface):
+            raise ValueError(
+                f"{type(owner).__name__}.{attr} is not a tying TokenInterface: register the "
+                "interface on the model before installing the wrappers"
+            )
+        # Bypass nn.Module.__setattr__: the interface is registered on the owner, not here.
+        object.__setattr__(self, "_owner", owner)
+        self._attr = attr
         # transformers' weight initialization skips modules carrying this flag.
         self._is_hf_initialized = True
 
     @property
     def interface(self) -> TokenInterface:
-        """The shared token interface (registered on the model as `tying_interface`)."""
-        return self._interface
+        """The shared token interface (the owner's attribute)."""
+        return getattr(self._owner, self._attr)
 
     def extra_repr(self) -> str:
-        return f"interface={type(self._interface).__name__} (shared: model.{INTERFACE_ATTR})"
+        return f"interface={type(self.interface).__name__} (shared: {self._attr})"
 
 
 class InterfaceEmbedding(_InterfaceView):
@@ -46,17 +57,20 @@ class InterfaceEmbedding(_InterfaceView):
     sqrt(d), rounded to the activation dtype first, as transformers does).
 
     Args:
-        interface: the shared token interface.
+        owner: the module registering the interface (see `_InterfaceView`).
         embed_scale: the constant multiplier (1.0 for most architectures).
+        attr: the owner's attribute holding the interface.
     """
 
-    def __init__(self, interface: TokenInterface, embed_scale: float = 1.0) -> None:
-        super().__init__(interface)
+    def __init__(
+        self, owner: nn.Module, embed_scale: float = 1.0, attr: str = INTERFACE_ATTR
+    ) -> None:
+        super().__init__(owner, attr)
         self.embed_scale = float(embed_scale)
         self.padding_idx = None
 
     def forward(self, input_ids: Tensor) -> Tensor:
-        out = self._interface.embed(input_ids)
+        out = self.interface.embed(input_ids)
         if self.embed_scale != 1.0:
             scale = torch.tensor(self.embed_scale, dtype=torch.float32, device=out.device)
             out = out * scale.to(out.dtype)
@@ -65,12 +79,12 @@ class InterfaceEmbedding(_InterfaceView):
     @property
     def num_embeddings(self) -> int:
         """V (like `nn.Embedding.num_embeddings`)."""
-        return self._interface.vocab_size
+        return self.interface.vocab_size
 
     @property
     def embedding_dim(self) -> int:
         """d (like `nn.Embedding.embedding_dim`)."""
-        return self._interface.d_model
+        return self.interface.d_model
 
     @property
     def weight(self) -> Tensor:
@@ -79,7 +93,7 @@ class InterfaceEmbedding(_InterfaceView):
         For code that inspects `get_input_embeddings().weight` (shape, dtype);
         it is not a parameter of this module and assigning it is an error.
         """
-        return self._interface.embedding_matrix()
+        return self.interface.embedding_matrix()
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", embed_scale={self.embed_scale:g}"
@@ -89,17 +103,17 @@ class InterfaceHead(_InterfaceView):
     """Output head: hidden (..., d) -> interface.logits(hidden), (..., V)."""
 
     def forward(self, hidden: Tensor) -> Tensor:
-        return self._interface.logits(hidden)
+        return self.interface.logits(hidden)
 
     @property
     def in_features(self) -> int:
         """d (like `nn.Linear.in_features`)."""
-        return self._interface.d_model
+        return self.interface.d_model
 
     @property
     def out_features(self) -> int:
         """V (like `nn.Linear.out_features`)."""
-        return self._interface.vocab_size
+        return self.interface.vocab_size
 
     @property
     def weight(self) -> Tensor:
@@ -108,9 +122,9 @@ class InterfaceHead(_InterfaceView):
         For code that inspects `get_output_embeddings().weight`; it is not a
         parameter of this module and assigning it is an error.
         """
-        return self._interface.unembedding_matrix()
+        return self.interface.unembedding_matrix()
 
     @property
     def bias(self) -> Tensor | None:
         """The interface's output bias (V,), or None."""
-        return self._interface.bias
+        return self.interface.bias

@@ -17,44 +17,12 @@ from typing import Any
 
 import torch
 
-from tying.interface.base import TokenInterface
-from tying.interface.pit import PseudoInverseTying
-from tying.interface.transpose import TransposeTying
-from tying.interface.untied import Untied
+from tying.interface import TokenInterface, interface_class, tie_of, ties
 
 #: Version of the `config.tying` record.
 RECORD_FORMAT = 1
 #: Name of the record in the model config.
 CONFIG_KEY = "tying"
-
-
-def tie_of(interface: TokenInterface) -> str:
-    """ "untied", "tt" or "pit" for an interface instance."""
-    if isinstance(interface, PseudoInverseTying):
-        return "pit"
-    if isinstance(interface, TransposeTying):
-        return "tt"
-    if isinstance(interface, Untied):
-        return "untied"
-    raise ValueError(
-        f"unknown interface type {type(interface).__name__}: expected Untied, TransposeTying "
-        "or PseudoInverseTying"
-    )
-
-
-def interface_options(interface: TokenInterface) -> dict[str, Any]:
-    """The constructor keyword arguments (other than tensors) that rebuild `interface`."""
-    options: dict[str, Any] = {"loss_chunk_size": interface.loss_chunk_size}
-    if isinstance(interface, PseudoInverseTying):
-        options.update(
-            trainable_z=interface.trainable_z,
-            diag_activation=interface.diag_activation,
-            diag_clamp=list(interface.diag_clamp) if interface.diag_clamp else None,
-            retraction_eps=interface.retraction_eps,
-        )
-    elif isinstance(interface, TransposeTying):
-        options["input_grad_scale"] = interface.input_grad_scale
-    return options
 
 
 def interface_record(interface: TokenInterface, embed_scale: float) -> dict[str, Any]:
@@ -66,7 +34,7 @@ def interface_record(interface: TokenInterface, embed_scale: float) -> dict[str,
         "d_model": interface.d_model,
         "bias": interface.bias is not None,
         "embed_scale": float(embed_scale),
-        "options": interface_options(interface),
+        "options": interface.options(),
     }
 
 
@@ -88,17 +56,10 @@ def empty_interface(record: dict[str, Any], dtype: torch.dtype = torch.float32) 
             f"{RECORD_FORMAT}: upgrade tying"
         )
     V, d = int(record["vocab_size"]), int(record["d_model"])
-    options = dict(record.get("options", {}))
-    bias = torch.zeros(V, dtype=dtype) if record.get("bias") else None
     tie = record["tie"]
-    if tie == "untied":
-        zeros = torch.zeros(V, d, dtype=dtype)
-        return Untied(zeros, zeros, bias=bias, **options)
-    if tie == "tt":
-        return TransposeTying(torch.zeros(V, d, dtype=dtype), bias=bias, **options)
-    if tie == "pit":
-        if options.get("diag_clamp") is not None:
-            options["diag_clamp"] = tuple(options["diag_clamp"])
-        Z = torch.eye(V, d, dtype=dtype)
-        return PseudoInverseTying(Z, torch.eye(d, dtype=dtype), bias=bias, **options)
-    raise ValueError(f"config.{CONFIG_KEY}['tie'] must be 'untied', 'tt' or 'pit', got {tie!r}")
+    if tie not in ties():
+        raise ValueError(f"config.{CONFIG_KEY}['tie'] must be one of {ties()}, got {tie!r}")
+    options = dict(record.get("options", {}))
+    return interface_class(tie).placeholder(
+        V, d, dtype=dtype, bias=bool(record.get("bias")), **options
+    )

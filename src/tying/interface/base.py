@@ -19,7 +19,9 @@ W_out nor the N×V logits, and PIT never forms T Z^T.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -32,13 +34,67 @@ from tying.interface.loss import linear_cross_entropy
 PathHook = Callable[[str, str, Tensor], None]
 
 SIDES = ("input", "output")
+#: The teacher matrices an interface can be built from: E0 ("input") or U0 ("output").
+SOURCES = ("input", "output")
+
+#: The interface registry: `tie` name -> class (filled by `TokenInterface.__init_subclass__`;
+#: read it through `tying.interface.registry`).
+REGISTRY: dict[str, type[TokenInterface]] = {}
+
+
+@dataclass(frozen=True)
+class GradientSplit:
+    """One split the gradient-path tracker reports: a parameter's input- vs output-side part.
+
+    Attributes:
+        prefix: metric prefix: "" for the interface's primary split (logged as `grad_*`),
+            e.g. "L" or "Z" for further splits (logged as `grad_L_*`, `grad_Z_*`).
+        input_name: the parameter whose input-side (lookup) gradient is the input part.
+        output_name: the parameter whose output-side (head) gradient is the output part.
+        shared: whether the two parts reach ONE tensor (tied) rather than two (untied).
+    """
+
+    prefix: str
+    input_name: str
+    output_name: str
+    shared: bool
+
+
+@dataclass
+class TeacherConversion:
+    """An interface built from a pretrained model's matrices, and what was kept or lost.
+
+    Attributes:
+        interface: the new interface.
+        source: the teacher matrix it was built from: "input" (E0), "output" (U0) or "both".
+        used: that matrix (V, d) (for reports: zero rows, dtype).
+        notes: human-readable remarks (what an untied teacher loses under TT, ...).
+        settings: interface-specific choices to record (e.g. PIT's {"t_init": "output"}).
+    """
+
+    interface: TokenInterface
+    source: str
+    used: Tensor
+    notes: list[str]
+    settings: dict[str, Any]
+
+
+def _float_cpu(x: Tensor) -> Tensor:
+    """Detached CPU tensor in float32, or float64 if it is float64."""
+    x = x.detach().cpu()
+    return x if x.dtype in (torch.float32, torch.float64) else x.to(torch.float32)
 
 
 class TokenInterface(nn.Module, ABC):
     """Base class of the token interface (an `nn.Module`).
 
     Subclasses implement `embed`, `_head_input`, `_head_weight` and
-    `embedding_matrix`; everything else follows.
+    `embedding_matrix`; everything else follows. A subclass that sets the class attribute
+    `tie` is registered under that name (`tying.interface.registry`) and provides what the
+    rest of the package asks of an interface by name: `scratch` (a fresh one), `placeholder`
+    (valid values of the right shapes, to load a state dict into), `count_parameters` (closed
+    form), `options` (its constructor keywords, for records), `gradient_splits` (for the
+    gradient-path tracker), `vocab_tensors`, `manifold_tensors` and `shares_matrix`.
 
     Args:
         vocab_size: V.
@@ -46,6 +102,31 @@ class TokenInterface(nn.Module, ABC):
         bias: optional output bias, shape (V,), trained with the head.
         loss_chunk_size: tokens per chunk in `loss` (default: ≤ 192 MiB of logits per chunk).
     """
+
+    #: The registered name ("untied", "tt", "pit"); set by each concrete subclass.
+    tie: ClassVar[str]
+    #: Attribute names of the (V, d) tensors (e.g. to build shapes on the meta device).
+    vocab_tensors: ClassVar[tuple[str, ...]] = ()
+    #: Attribute names of the tensors constrained to a manifold (PIT's Z: orthonormal columns):
+    #: an optimizer that does not retract them onto it must leave them frozen (e.g. the LoRA
+    #: updates of `tying.update` train every other interface parameter, never these).
+    manifold_tensors: ClassVar[tuple[str, ...]] = ()
+    #: Whether E and U = W_out^T are one stored matrix (exported as tie_word_embeddings=True).
+    shares_matrix: ClassVar[bool] = False
+    #: Model/training config keys that carry this interface's constructor options:
+    #: config key -> constructor keyword (e.g. {"input_grad_scale": "input_grad_scale"}).
+    config_options: ClassVar[dict[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        tie = cls.__dict__.get("tie")
+        if tie is not None:
+            if tie in REGISTRY and REGISTRY[tie].__qualname__ != cls.__qualname__:
+                raise ValueError(
+                    f"tie {tie!r} is already registered by {REGISTRY[tie].__name__}; "
+                    f"choose another name for {cls.__name__}"
+                )
+            REGISTRY[tie] = cls
 
     def __init__(
         self,
@@ -105,6 +186,79 @@ class TokenInterface(nn.Module, ABC):
             total += t.numel()
         return total
 
+    # ------------------------------------------------------- registry protocol
+    @classmethod
+    @abstractmethod
+    def scratch(
+        cls,
+        vocab_size: int,
+        d_model: int,
+        *,
+        generator: torch.Generator | None = None,
+        init_std: float = 0.02,
+    ) -> TokenInterface:
+        """A freshly initialised interface (V, d); subclasses add their own keyword options."""
+
+    @classmethod
+    @abstractmethod
+    def placeholder(
+        cls, vocab_size: int, d_model: int, *, dtype: torch.dtype, bias: bool, **options: Any
+    ) -> TokenInterface:
+        """An interface of this class and shapes with cheap valid values (load a state into it).
+
+        Args:
+            vocab_size: V.
+            d_model: d.
+            dtype: dtype of its tensors.
+            bias: whether it has an output bias (V,).
+            options: constructor keywords (`options()` of the interface that was saved).
+        """
+
+    @classmethod
+    @abstractmethod
+    def count_parameters(cls, vocab_size: int, d_model: int) -> int:
+        """Free parameters of this interface at (V, d), without bias (closed form)."""
+
+    @classmethod
+    @abstractmethod
+    def from_teacher_matrices(
+        cls,
+        E0: Tensor,
+        U0: Tensor,
+        *,
+        bias: Tensor | None,
+        teacher_tied: bool,
+        source: str | None = None,
+    ) -> TeacherConversion:
+        """This interface built from a teacher's embedding E0 and head U0 (both V×d).
+
+        Args:
+            E0: the teacher's input embedding weight, (V, d).
+            U0: its output head weight, (V, d) (`nn.Linear` layout); the same tensor as E0 when
+                the teacher is tied.
+            bias: the head's bias (V,), or None.
+            teacher_tied: whether E0 and U0 are one tensor.
+            source: which matrix to build from, "input" or "output" (None: the interface's
+                default); subclasses add their own keyword options.
+        """
+
+    @classmethod
+    def stored_elements(cls, vocab_size: int, d_model: int) -> int:
+        """Elements its state dict stores at (V, d), without bias (default: `count_parameters`)."""
+        return cls.count_parameters(vocab_size, d_model)
+
+    def options(self) -> dict[str, Any]:
+        """Constructor keyword arguments (other than tensors) that rebuild this interface (JSON-able)."""
+        return {"loss_chunk_size": self.loss_chunk_size}
+
+    @abstractmethod
+    def gradient_splits(self) -> list[GradientSplit]:
+        """The input/output splits the gradient-path tracker reports, primary (prefix "") first."""
+
+    def rows_parameter(self) -> str | None:
+        """The parameter whose input-side gradient rows show which tokens were looked up, or None."""
+        return None
+
     # ------------------------------------------------------- what subclasses define
     @abstractmethod
     def embed(self, input_ids: Tensor) -> Tensor:
@@ -128,6 +282,19 @@ class TokenInterface(nn.Module, ABC):
     def unembedding_matrix(self) -> Tensor:
         """U = W_out^T, materialized: (V, d) (`nn.Linear.weight` layout)."""
         return self._head_weight()
+
+    @torch.no_grad()
+    def analysis_matrices(self) -> tuple[Tensor, Tensor]:
+        """(E, U), each (V, d), detached on the CPU, for analysis.
+
+        Float32 (float64 when stored so); a CPU float32 weight is returned without a copy.
+        When `shares_matrix`, U is the same tensor object as E. Interfaces whose matrices
+        are computed (PIT) override this to compute them in float64.
+        """
+        E = _float_cpu(self.embedding_matrix())
+        if self.shares_matrix:
+            return E, E
+        return E, _float_cpu(self.unembedding_matrix())
 
     # ------------------------------------------------------------- gradient paths
     def set_path_hook(self, hook: PathHook | None) -> None:
@@ -159,6 +326,31 @@ class TokenInterface(nn.Module, ABC):
         """Next-token logits: (..., d) -> (..., V)."""
         self._check_hidden(hidden)
         return F.linear(self._head_input(hidden), self._head_weight(), self._output_bias())
+
+    def logit_chunks(self, hidden: Tensor, chunk_size: int) -> Iterator[tuple[int, Tensor]]:
+        """The logits in blocks of vocabulary columns, never all V at once.
+
+        Yields (v0, logits[..., v0:v1]) for v0 = 0, chunk_size, 2·chunk_size, ... with
+        v1 = min(v0 + chunk_size, V): the head input (d×d part) is applied once, then each
+        block is head_input(hidden) @ head_weight()[v0:v1]^T (+ b[v0:v1]). Concatenated over
+        the blocks they equal `logits(hidden)`.
+
+        Args:
+            hidden: (..., d).
+            chunk_size: columns per block (>= 1).
+
+        Raises:
+            ValueError: chunk_size < 1 or a hidden size other than d.
+        """
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        self._check_hidden(hidden)
+        x = self._head_input(hidden)
+        weight = self._head_weight()
+        bias = self._output_bias()
+        for v0 in range(0, self.vocab_size, chunk_size):
+            v1 = min(v0 + chunk_size, self.vocab_size)
+            yield v0, F.linear(x, weight[v0:v1], None if bias is None else bias[v0:v1])
 
     def loss(
         self,

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tying.interface.base import TokenInterface
+from tying.interface.base import SOURCES, GradientSplit, TeacherConversion, TokenInterface
 from tying.interface.linalg import (
     check_finite_matrix,
     cholesky_lower,
@@ -37,7 +38,32 @@ from tying.interface.linalg import (
 )
 
 T_INITS = ("identity", "output", "input")
+#: t_init of a conversion when none is given: "output" keeps the teacher's head (its logits).
+DEFAULT_T_INIT = "output"
 DIAG_ACTIVATIONS = ("exp", "softplus")
+
+
+def scratch_t_scale(t_scale: float | Literal["auto"], vocab_size: int, init_std: float) -> float:
+    """The c of a scratch T = c·I: `t_scale` itself, or for "auto" c = init_std·√V.
+
+    With T = c·I, W_out = c·Zᵀ; a Haar-random Z (orthonormal columns) has rows of mean
+    squared norm exactly d/V, so W_out's columns (the output rows u_v) have norm about
+    c·√(d/V), and so has a logit u_v·h of a final-normed h (‖h‖ ≈ √d, its direction
+    independent of u_v) as its standard deviation. An N(0, init_std²) head (untied/TT) has
+    rows of norm ≈ init_std·√d and logits of that standard deviation: c = init_std·√V starts
+    PIT's output rows and logits at TT's scale (4.48 at V = 50,257, init_std = 0.02).
+    E = Z/c is then c times smaller than Z; what reaches the blocks is normalised first
+    (pre-norm), so it is the output side whose scale the loss sees at step 0.
+
+    Args:
+        t_scale: a positive number, or "auto".
+        vocab_size: V.
+        init_std: standard deviation of a standard Gaussian init of V×d matrices.
+    """
+    c = init_std * math.sqrt(vocab_size) if t_scale == "auto" else t_scale
+    if isinstance(c, bool) or not isinstance(c, (int, float)) or not (math.isfinite(c) and c > 0):
+        raise ValueError(f"t_scale must be a positive number or 'auto', got {t_scale!r}")
+    return float(c)
 
 
 def _activation_inverse(values: Tensor, activation: str) -> Tensor:
@@ -46,31 +72,6 @@ def _activation_inverse(values: Tensor, activation: str) -> Tensor:
         return values.log()
     # softplus^{-1}(y) = y + log(1 - exp(-y)), stable for large y.
     return values + torch.log(-torch.expm1(-values))
-
-
-def _check_t_scale(t_scale: float) -> None:
-    if not (isinstance(t_scale, (int, float)) and math.isfinite(t_scale) and t_scale > 0):
-        raise ValueError(
-            f"t_scale must be a positive finite number (T = t_scale·I), got {t_scale!r}"
-        )
-
-
-def scratch_t_scale(vocab_size: int, d_model: int, row_norm: float) -> float:
-    """c such that the scratch E = Z / c has mean row norm `row_norm` (on average over Z's draw).
-
-    A Haar-random Z (V×d, orthonormal columns) has rows z_v with E‖z_v‖² = d/V exactly, and
-    ‖z_v‖ concentrates at √(d/V) for V ≫ d, so c = √(d/V) / row_norm. Matching untied/TT
-    initial rows, N(0, init_std²) entries of mean norm about init_std·√d, gives
-    c = 1 / (init_std·√V): 0.223 for V = 50,257 and init_std = 0.02.
-
-    Args:
-        vocab_size: V.
-        d_model: d.
-        row_norm: target mean row norm of E (same units as the entries of E), > 0.
-    """
-    if not (math.isfinite(row_norm) and row_norm > 0):
-        raise ValueError(f"row_norm must be a positive finite number, got {row_norm!r}")
-    return math.sqrt(d_model / vocab_size) / row_norm
 
 
 class PseudoInverseTying(TokenInterface):
@@ -88,6 +89,16 @@ class PseudoInverseTying(TokenInterface):
         ortho_atol: tolerance of the check max|Z^T Z − I| ≤ ortho_atol.
         retraction_eps: ridge in the polar retraction Z (Z^T Z + eps I)^{-1/2}.
     """
+
+    tie = "pit"
+    vocab_tensors = ("z",)
+    manifold_tensors = ("z",)
+    config_options = {  # noqa: RUF012
+        "pit_trainable_z": "trainable_z",
+        "pit_diag_activation": "diag_activation",
+        "pit_diag_clamp": "diag_clamp",
+        "t_init": "t_init",
+    }
 
     def __init__(
         self,
@@ -157,30 +168,132 @@ class PseudoInverseTying(TokenInterface):
         cls,
         vocab_size: int,
         d_model: int,
+        *,
         generator: torch.Generator | None = None,
+        init_std: float = 0.02,
         dtype: torch.dtype = torch.float32,
-        t_scale: float = 1.0,
-        **options,
+        t_scale: float | Literal["auto"] = 1.0,
+        trainable_z: bool = False,
+        diag_activation: str = "exp",
+        diag_clamp: tuple[float, float] | None = None,
+        bias: Tensor | None = None,
+        loss_chunk_size: int | None = None,
+        retraction_eps: float = 0.0,
     ) -> PseudoInverseTying:
-        """Z from the thin QR of a Gaussian (signs fixed: deterministic), T = t_scale · I.
+        """Z from the thin QR of a Gaussian (signs fixed: deterministic), T = t_scale·I.
 
-        With T = c·I, E = Z / c and W_out = c·Zᵀ: c scales the input rows down and the
-        output columns up by the same factor (their product is fixed by W_out E = I).
-        c = 1 (the default, the PIT paper's) gives E = Z, rows of norm about √(d/V).
-        `scratch_t_scale` turns a target row norm of E into c.
-
-        Args:
-            vocab_size: V.
-            d_model: d.
-            generator: random source of Z.
-            dtype: dtype of the stored Z and L.
-            t_scale: c > 0, the initial T = c·I (L = √c·I).
-            options: the constructor's keyword arguments (trainable_z, ...).
+        `t_scale` = c sets T = c·I (L = √c·I): E = Z/c and W_out = c·Zᵀ, W_out E = I still;
+        1 (the default) is the PIT paper's T = I, "auto" is `scratch_t_scale`'s
+        c = init_std·√V (the only use of `init_std`). The other keywords are the constructor's.
         """
-        _check_t_scale(t_scale)
+        c = scratch_t_scale(t_scale, vocab_size, init_std)
         Z = orthonormal_from_gaussian(vocab_size, d_model, generator).to(dtype)
-        L = torch.eye(d_model, dtype=dtype) * math.sqrt(t_scale)
-        return cls(Z, L, **options)
+        return cls(
+            Z,
+            torch.eye(d_model, dtype=dtype) * math.sqrt(c),
+            trainable_z=trainable_z,
+            diag_activation=diag_activation,
+            diag_clamp=diag_clamp,
+            bias=bias,
+            loss_chunk_size=loss_chunk_size,
+            retraction_eps=retraction_eps,
+        )
+
+    @classmethod
+    def placeholder(
+        cls, vocab_size: int, d_model: int, *, dtype: torch.dtype, bias: bool, **options: Any
+    ) -> PseudoInverseTying:
+        """Z = the first d columns of the identity, L = I (valid, cheap)."""
+        if options.get("diag_clamp") is not None:
+            options["diag_clamp"] = tuple(options["diag_clamp"])
+        b = torch.zeros(vocab_size, dtype=dtype) if bias else None
+        Z = torch.eye(vocab_size, d_model, dtype=dtype)
+        return cls(Z, torch.eye(d_model, dtype=dtype), bias=b, **options)
+
+    @classmethod
+    def from_teacher_matrices(
+        cls,
+        E0: Tensor,
+        U0: Tensor,
+        *,
+        bias: Tensor | None,
+        teacher_tied: bool,
+        source: str | None = None,
+        t_init: str | None = None,
+        rank_rtol: float | None = None,
+        trainable_z: bool = False,
+        diag_activation: str = "exp",
+        diag_clamp: tuple[float, float] | None = None,
+        retraction_eps: float = 0.0,
+        loss_chunk_size: int | None = None,
+    ) -> TeacherConversion:
+        """`from_teacher(M, t_init)` with M = U0 or E0 by `source`.
+
+        Built in float32 (float64 for a float64 M), then cast to M's dtype. Since W_out·E = I_d,
+        PIT keeps exactly one side of the teacher unless M has orthonormal columns:
+        t_init="output" keeps the head (W_out = U0^T when M = U0), "input" keeps the embedding
+        (E = E0 when M = E0), "identity" takes Z = the polar factor of M and T = I. By default
+        M follows t_init: U0 for "output", E0 for "input" and "identity".
+        """
+        if source is not None and source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES} or None, got {source!r}")
+        t_init = t_init or DEFAULT_T_INIT
+        if t_init not in T_INITS:
+            raise ValueError(f"t_init must be one of {T_INITS}, got {t_init!r}")
+        source = source or ("output" if t_init == "output" else "input")
+        M = E0 if source == "input" else U0
+        work = torch.float64 if M.dtype == torch.float64 else torch.float32
+        pit = cls.from_teacher(
+            M.to(work),
+            t_init,
+            dtype=work,
+            rank_rtol=rank_rtol,
+            bias=None if bias is None else bias.to(work),
+            trainable_z=trainable_z,
+            diag_activation=diag_activation,
+            diag_clamp=diag_clamp,
+            retraction_eps=retraction_eps,
+            loss_chunk_size=loss_chunk_size,
+        ).to(device=M.device, dtype=M.dtype)
+        notes = []
+        if M.dtype in (torch.float16, torch.bfloat16):
+            notes.append(
+                f"Z is stored in {M.dtype}: its columns are orthonormal only to that precision; "
+                "load the model in float32 to convert exactly"
+            )
+        return TeacherConversion(pit, source, M, notes, {"t_init": t_init})
+
+    @classmethod
+    def count_parameters(cls, vocab_size: int, d_model: int) -> int:
+        """V·d (Z) + d(d+1)/2 (the free entries of the triangular L)."""
+        return vocab_size * d_model + d_model * (d_model + 1) // 2
+
+    @classmethod
+    def stored_elements(cls, vocab_size: int, d_model: int) -> int:
+        """V·d + d²: L's parameter is stored as a full d×d matrix (strict upper triangle unused)."""
+        return vocab_size * d_model + d_model * d_model
+
+    def options(self) -> dict[str, Any]:
+        return {
+            **super().options(),
+            "trainable_z": self.trainable_z,
+            "diag_activation": self.diag_activation,
+            "diag_clamp": list(self.diag_clamp) if self.diag_clamp else None,
+            "retraction_eps": self.retraction_eps,
+        }
+
+    def gradient_splits(self) -> list[GradientSplit]:
+        """L's input- against output-side gradient (primary, also as `L`), then Z's if trained."""
+        splits = [
+            GradientSplit("", "l_param", "l_param", shared=True),
+            GradientSplit("L", "l_param", "l_param", shared=True),
+        ]
+        if self.trainable_z:
+            splits.append(GradientSplit("Z", "z", "z", shared=True))
+        return splits
+
+    def rows_parameter(self) -> str | None:
+        return "z" if self.trainable_z else None
 
     @classmethod
     def from_teacher(
@@ -283,6 +396,15 @@ class PseudoInverseTying(TokenInterface):
         """E = Z T^{-1}, (V, d), by triangular solves on all rows."""
         return self._apply_inverse_transform(self.z, self.cholesky_factor()).to(self.z.dtype)
 
+    @torch.no_grad()
+    def analysis_matrices(self) -> tuple[Tensor, Tensor]:
+        """(E, U) computed in float64 on the CPU (W_out·E = I to float64 rounding)."""
+        Z = self.z.detach().cpu().to(torch.float64)
+        L = self.cholesky_factor(self.l_param.detach().cpu().to(torch.float64))
+        Y = torch.linalg.solve_triangular(L.T, Z, upper=True, left=False)
+        E = torch.linalg.solve_triangular(L, Y, upper=False, left=False)
+        return E, (Z @ L) @ L.T
+
     def unembedding_matrix(self) -> Tensor:
         """U = W_out^T = Z T, (V, d)."""
         L = self.cholesky_factor()
@@ -291,8 +413,7 @@ class PseudoInverseTying(TokenInterface):
     def num_parameters(self) -> int:
         """V·d (Z) + d(d+1)/2 (the free entries of L) + V if there is an output bias."""
         bias = self.vocab_size if self.bias is not None else 0
-        d = self.d_model
-        return self.vocab_size * d + d * (d + 1) // 2 + bias
+        return self.count_parameters(self.vocab_size, self.d_model) + bias
 
     # ---------------------------------------------------------- training helpers
     @torch.no_grad()
@@ -319,28 +440,6 @@ class PseudoInverseTying(TokenInterface):
     def log_diag_penalty(self) -> Tensor:
         """||log diag L||² = Σ_i (log L_ii)² (scalar, differentiable), a regularizer."""
         return torch.diagonal(self.cholesky_factor()).log().pow(2).sum()
-
-    @torch.no_grad()
-    def scale_transform_(self, c: float) -> None:
-        """T <- c·T in place (L <- √c·L): E is divided by c, W_out multiplied by c; W_out E = I still.
-
-        The diagonal is rewritten through the activation's inverse, so it needs no clamp
-        (`diag_clamp`) that the scaled diagonal would leave.
-        """
-        _check_t_scale(c)
-        L = self.cholesky_factor().to(torch.float64) * math.sqrt(c)
-        diag = torch.diagonal(L)
-        if self.diag_clamp is not None and bool(
-            ((diag < self.diag_clamp[0]) | (diag > self.diag_clamp[1])).any()
-        ):
-            raise ValueError(
-                f"scaling T by {c} puts L's diagonal outside diag_clamp={self.diag_clamp}: "
-                "widen the clamp or choose another scale"
-            )
-        rho = _activation_inverse(diag, self.diag_activation)
-        l_param = torch.tril(L, diagonal=-1)
-        l_param.diagonal().copy_(rho)
-        self.l_param.copy_(l_param.to(self.l_param.dtype))
 
     def extra_repr(self) -> str:
         clamp = f", diag_clamp={self.diag_clamp}" if self.diag_clamp else ""

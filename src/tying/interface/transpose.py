@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tying.interface.base import TokenInterface
+from tying.interface.base import SOURCES, GradientSplit, TeacherConversion, TokenInterface
 from tying.interface.linalg import check_finite_matrix
 
 
@@ -45,6 +47,11 @@ class TransposeTying(TokenInterface):
         loss_chunk_size: tokens per chunk in `loss`.
     """
 
+    tie = "tt"
+    vocab_tensors = ("weight",)
+    shares_matrix = True
+    config_options = {"input_grad_scale": "input_grad_scale"}  # noqa: RUF012
+
     def __init__(
         self,
         E: Tensor,
@@ -64,13 +71,64 @@ class TransposeTying(TokenInterface):
         cls,
         vocab_size: int,
         d_model: int,
-        std: float = 0.02,
+        *,
         generator: torch.Generator | None = None,
+        init_std: float = 0.02,
         input_grad_scale: float = 1.0,
     ) -> TransposeTying:
-        """E drawn i.i.d. from N(0, std²)."""
-        E = torch.randn(vocab_size, d_model, generator=generator) * std
+        """E drawn i.i.d. from N(0, init_std²)."""
+        E = torch.randn(vocab_size, d_model, generator=generator) * init_std
         return cls(E, input_grad_scale=input_grad_scale)
+
+    @classmethod
+    def placeholder(
+        cls, vocab_size: int, d_model: int, *, dtype: torch.dtype, bias: bool, **options: Any
+    ) -> TransposeTying:
+        b = torch.zeros(vocab_size, dtype=dtype) if bias else None
+        return cls(torch.zeros(vocab_size, d_model, dtype=dtype), bias=b, **options)
+
+    @classmethod
+    def from_teacher_matrices(
+        cls,
+        E0: Tensor,
+        U0: Tensor,
+        *,
+        bias: Tensor | None,
+        teacher_tied: bool,
+        source: str | None = None,
+        input_grad_scale: float = 1.0,
+        loss_chunk_size: int | None = None,
+    ) -> TeacherConversion:
+        """TransposeTying(E0) (or U0 with source="output"): unchanged logits for a tied teacher."""
+        if source is not None and source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES} or None, got {source!r}")
+        source = source or "input"
+        used = E0 if source == "input" else U0
+        notes = []
+        if not teacher_tied:
+            notes.append(
+                f"untied teacher: TT keeps its {source} matrix for both sides; the other "
+                "one is dropped and logits change"
+            )
+        interface = cls(
+            used, input_grad_scale=input_grad_scale, bias=bias, loss_chunk_size=loss_chunk_size
+        )
+        return TeacherConversion(interface, source, used, notes, {})
+
+    @classmethod
+    def count_parameters(cls, vocab_size: int, d_model: int) -> int:
+        """V·d: one matrix, counted once."""
+        return vocab_size * d_model
+
+    def options(self) -> dict[str, Any]:
+        return {**super().options(), "input_grad_scale": self.input_grad_scale}
+
+    def gradient_splits(self) -> list[GradientSplit]:
+        """E's input-side against its output-side gradient: one tensor."""
+        return [GradientSplit("", "weight", "weight", shared=True)]
+
+    def rows_parameter(self) -> str | None:
+        return "weight"
 
     def embed(self, input_ids: Tensor) -> Tensor:
         self._check_ids(input_ids)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tying.interface.base import TokenInterface
+from tying.interface.base import GradientSplit, TeacherConversion, TokenInterface
 from tying.interface.linalg import check_finite_matrix
 
 
@@ -19,6 +21,9 @@ class Untied(TokenInterface):
         bias: optional output bias, (V,).
         loss_chunk_size: tokens per chunk in `loss`.
     """
+
+    tie = "untied"
+    vocab_tensors = ("weight_in", "weight_out")
 
     def __init__(
         self, E: Tensor, W: Tensor, bias: Tensor | None = None, loss_chunk_size: int | None = None
@@ -38,13 +43,56 @@ class Untied(TokenInterface):
         cls,
         vocab_size: int,
         d_model: int,
-        std: float = 0.02,
+        *,
         generator: torch.Generator | None = None,
+        init_std: float = 0.02,
     ) -> Untied:
-        """Both matrices drawn i.i.d. from N(0, std²)."""
-        E = torch.randn(vocab_size, d_model, generator=generator) * std
-        W = torch.randn(vocab_size, d_model, generator=generator) * std
+        """Both matrices drawn i.i.d. from N(0, init_std²)."""
+        E = torch.randn(vocab_size, d_model, generator=generator) * init_std
+        W = torch.randn(vocab_size, d_model, generator=generator) * init_std
         return cls(E, W)
+
+    @classmethod
+    def placeholder(
+        cls, vocab_size: int, d_model: int, *, dtype: torch.dtype, bias: bool, **options: Any
+    ) -> Untied:
+        zeros = torch.zeros(vocab_size, d_model, dtype=dtype)
+        b = torch.zeros(vocab_size, dtype=dtype) if bias else None
+        return cls(zeros, zeros, bias=b, **options)
+
+    @classmethod
+    def from_teacher_matrices(
+        cls,
+        E0: Tensor,
+        U0: Tensor,
+        *,
+        bias: Tensor | None,
+        teacher_tied: bool,
+        source: str | None = None,
+        loss_chunk_size: int | None = None,
+    ) -> TeacherConversion:
+        """Untied(E0, U0): the teacher's logits unchanged (a tied teacher gets two copies)."""
+        if source is not None:
+            raise ValueError(
+                "source applies to tie='tt' or 'pit'; 'untied' keeps both teacher matrices"
+            )
+        notes = []
+        if teacher_tied:
+            notes.append("tied teacher: E and W_out start as two equal copies and train apart")
+        interface = cls(E0, U0, bias=bias, loss_chunk_size=loss_chunk_size)
+        return TeacherConversion(interface, "both", E0, notes, {})
+
+    @classmethod
+    def count_parameters(cls, vocab_size: int, d_model: int) -> int:
+        """2·V·d: E and U."""
+        return 2 * vocab_size * d_model
+
+    def gradient_splits(self) -> list[GradientSplit]:
+        """E's (input) against U's (output) gradient: two tensors."""
+        return [GradientSplit("", "weight_in", "weight_out", shared=False)]
+
+    def rows_parameter(self) -> str | None:
+        return "weight_in"
 
     def embed(self, input_ids: Tensor) -> Tensor:
         self._check_ids(input_ids)

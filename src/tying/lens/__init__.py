@@ -1,6 +1,6 @@
 """Lenses on the residual stream: logit lens, tuned lens, transition traces.
 
-    from tying.models import load_any
+    from tying.loader import load_any
     from tying.lens import LogitLens, evaluate_lens, train_tuned_lens, transition_trace
 
     lm = load_any("smollm2")

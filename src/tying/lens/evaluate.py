@@ -25,7 +25,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from tying.lens.kl import FinalDistribution
-from tying.models import LoadedModel
+from tying.loader import LoadedModel
 
 #: Unit of `LensKL.kl`.
 UNIT = "bits/token"

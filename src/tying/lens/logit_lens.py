@@ -14,7 +14,7 @@ from typing import Any
 from torch import Tensor
 
 from tying.lens.evaluate import LensKL, evaluate_lens
-from tying.models import LoadedModel
+from tying.loader import LoadedModel
 
 
 class LogitLens:

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from tying.lens.evaluate import entry_labels
-from tying.models import LoadedModel
+from tying.loader import LoadedModel
 
 
 @dataclass

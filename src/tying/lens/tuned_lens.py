@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from tying.lens.evaluate import LensKL, evaluate_lens
 from tying.lens.kl import LN2, FinalDistribution
-from tying.models import LoadedModel
+from tying.loader import LoadedModel
 
 #: `config.json` "format" of a saved tuned lens.
 FORMAT = "tying.tuned_lens"

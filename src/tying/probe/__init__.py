@@ -9,7 +9,8 @@
 - `compare`: vocabulary matching and the two-model blocks (alignment, KNN overlap, spectral
   distance), one KNN search per matrix shared by both neighbour metrics.
 - `corpus`: token counts of a text corpus (capped); `checkpoints`: a run's checkpoints.
-- `runner`: `run_probe` writes probe.json, probe.md and the PNG plots; `report`: probe.md;
+- `runner`: `run_probe` writes probe.json, probe.md, probe.html and the PNG plots; `report`:
+  probe.md and probe.html (one `tying.report.Document`);
   `plots`: the figures; `stages`: stage timings and stderr progress lines.
 
 Every metric is defined in docs/metrics.md (the layout of probe.json too).

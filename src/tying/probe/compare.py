@@ -9,11 +9,21 @@ with itself costs no search (KNN@k overlap 1 and spectral distance 0 by definiti
 
 One cosine KNN@K search per distinct matrix (K = max(k, spectral k)) serves both metrics:
 its first k columns are the KNN@k lists, all K columns the spectral kNN graph.
+
+Direction (`paper_direction`): every pair is reported as source → target in the bias paper's
+direction (Table 1 reads "Input (U) → Output (U)", "Output (U) → Tied", "Input (U) → Tied"):
+
+1. a matrix of an untied model is mapped onto a matrix of a tied model (TT or PIT);
+2. otherwise an input matrix is mapped onto an output matrix;
+3. otherwise (same side, both tied or both untied) A's matrix onto B's.
+
+Only the linear alignment depends on it; the KNN overlap and spectral distance, symmetric,
+list their pairs in the same order.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -21,6 +31,7 @@ from torch import Tensor
 
 from tying.analysis import (
     alignment,
+    definition_parts,
     knn_graph,
     knn_indices,
     match_vocabularies,
@@ -68,10 +79,12 @@ class NamedMatrices:
     Attributes:
         matrices: name -> (n_matched, d) tensor, names from MATRIX_NAMES.
         key: name -> an id shared by names that denote one matrix (tied raw maps).
+        tie: name -> the interface of its model ("untied", "tt" or "pit").
     """
 
     matrices: dict[str, Tensor]
     key: dict[str, int]
+    tie: dict[str, str] = field(default_factory=dict)
 
 
 def named_matrices(
@@ -80,6 +93,7 @@ def named_matrices(
     """A.input, A.output, B.input, B.output (`maps`: "raw" or "effective") on matched rows."""
     matrices: dict[str, Tensor] = {}
     key: dict[str, int] = {}
+    tie: dict[str, str] = {}
     for prefix, mats, idx, base in (("A", a, idx_a, 0), ("B", b, idx_b, 2)):
         inp, out = mats.maps(maps)
         same = inp is out
@@ -88,7 +102,8 @@ def named_matrices(
         matrices[f"{prefix}.output"] = X if same else out[idx]
         key[f"{prefix}.input"] = base
         key[f"{prefix}.output"] = base if same else base + 1
-    return NamedMatrices(matrices, key)
+        tie[f"{prefix}.input"] = tie[f"{prefix}.output"] = mats.tie
+    return NamedMatrices(matrices, key, tie)
 
 
 def pairs_of(pairs: str) -> list[tuple[str, str]]:
@@ -108,8 +123,34 @@ def pairs_of(pairs: str) -> list[tuple[str, str]]:
     return out
 
 
-def alignment_block(named: NamedMatrices, pairs: list[tuple[str, str]]) -> dict[str, Any]:
-    """`probe.json["alignment"]`: `alignment(source, target)` for each pair (first = source).
+def _is_tied(named: NamedMatrices, name: str) -> bool:
+    return named.tie.get(name, "untied") != "untied"
+
+
+def paper_direction(named: NamedMatrices, pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Each pair as (source, target) in the bias paper's direction (module docstring): untied
+    onto tied, else input onto output, else A onto B. The order of the pairs is kept."""
+    out = []
+    for first, second in pairs:
+        flip = False
+        if _is_tied(named, first) != _is_tied(named, second):
+            flip = _is_tied(named, first)
+        elif first.endswith(".output") and second.endswith(".input"):
+            flip = True
+        out.append((second, first) if flip else (first, second))
+    return out
+
+
+def pair_label(named: NamedMatrices, source: str, target: str) -> str:
+    """ "source → target" with each matrix's model interface, e.g. "B.output (untied) → A.input (tt)"."""
+    return f"{source} ({named.tie.get(source, 'untied')}) → {target} ({named.tie.get(target, 'untied')})"
+
+
+def alignment_block(
+    named: NamedMatrices, pairs: list[tuple[str, str]], identity: str = "raw"
+) -> dict[str, Any]:
+    """`probe.json["alignment"]`: `alignment(source, target, identity=)` for each pair, given
+    as (source, target) (see `paper_direction`), with its `label`.
 
     Pairs that denote the same two matrices as an earlier pair reuse its result.
     """
@@ -118,9 +159,9 @@ def alignment_block(named: NamedMatrices, pairs: list[tuple[str, str]]) -> dict[
     for s, t in pairs:
         ids = (named.key[s], named.key[t])
         if ids not in done:
-            done[ids] = alignment(named.matrices[s], named.matrices[t])
-        rows.append({"source": s, "target": t, **done[ids]})
-    return {"n_tokens": _rows(named), "pairs": rows}
+            done[ids] = alignment(named.matrices[s], named.matrices[t], identity=identity)
+        rows.append({"source": s, "target": t, "label": pair_label(named, s, t), **done[ids]})
+    return {"identity_mode": identity, "n_tokens": _rows(named), "pairs": rows}
 
 
 def _rows(named: NamedMatrices) -> int:
@@ -147,7 +188,9 @@ def knn_block(
     rows = []
     for a, b in pairs:
         ia, ib = lists[named.key[a]][:, :k], lists[named.key[b]][:, :k]
-        rows.append({"a": a, "b": b, "overlap": neighbor_overlap(ia, ib)})
+        rows.append(
+            {"a": a, "b": b, "label": pair_label(named, a, b), "overlap": neighbor_overlap(ia, ib)}
+        )
     return {"k": k, "n_tokens": _rows(named), "pairs": rows}
 
 
@@ -158,9 +201,12 @@ def spectral_block(
     k: int,
     n_components: int,
     log: Log = quiet_log,
+    definition: str = "published",
 ) -> dict[str, Any]:
-    """`probe.json["spectral_distance"]`: spectral distance of each pair from the kNN graphs of
-    precomputed KNN lists (first k columns); a matrix against itself is 0 without a solve."""
+    """`probe.json["spectral_distance"]`: spectral distance (`definition`: "published" or
+    "union-frobenius") of each pair from the kNN graphs of precomputed KNN lists (first k
+    columns); a matrix against itself is 0 without a solve."""
+    weights, norm = definition_parts(definition)
     graphs: dict[int, Any] = {}
     done: dict[frozenset[int], float] = {}
     rows = []
@@ -173,9 +219,15 @@ def spectral_block(
             else:
                 for key in (ka, kb):
                     if key not in graphs:
-                        graphs[key] = knn_graph(lists[key][:, :k])
+                        graphs[key] = knn_graph(lists[key][:, :k], weights=weights)
                 log(f"omnibus embedding of {a} and {b} ({n_components} components)")
                 Z, _ = omnibus_embedding(graphs[ka], graphs[kb], n_components)
-                done[ids] = omnibus_distance(Z)
-        rows.append({"a": a, "b": b, "distance": done[ids]})
-    return {"k": k, "n_components": n_components, "n_tokens": _rows(named), "pairs": rows}
+                done[ids] = omnibus_distance(Z, norm)
+        rows.append({"a": a, "b": b, "label": pair_label(named, a, b), "distance": done[ids]})
+    return {
+        "definition": definition,
+        "k": k,
+        "n_components": n_components,
+        "n_tokens": _rows(named),
+        "pairs": rows,
+    }

@@ -1,6 +1,6 @@
 """The token matrices of a loaded model, materialized once for the probe.
 
-For any `tying.models.LoadedModel` (a training run, a converted or plain transformers model):
+For any `tying.loader.LoadedModel` (a training run, a converted or plain transformers model):
 
     E        (V, d)  input embedding, `interface.embedding_matrix()`
     U        (V, d)  unembedding W_out^T, `interface.unembedding_matrix()` (`nn.Linear` layout)
@@ -16,7 +16,6 @@ zero to float64 precision, not float32).
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,33 +23,18 @@ import torch
 from torch import Tensor, nn
 
 from tying.interface.base import TokenInterface
-from tying.interface.pit import PseudoInverseTying
-from tying.interface.transpose import TransposeTying
 
 #: The two views of the interface maps a comparison can use.
 MAPS = ("raw", "effective")
 
 
-@torch.no_grad()
 def materialize(interface: TokenInterface) -> tuple[Tensor, Tensor]:
     """(E, U), each (V, d), detached on the CPU, float32 (float64 for PIT, see module docstring).
 
-    For a transpose-tied interface the two are the same tensor object (U is E). Stored
-    float32 CPU weights are returned without a copy (they share storage with the interface).
+    `TokenInterface.analysis_matrices`: for a transpose-tied interface the two are the same
+    tensor object (U is E); stored float32 CPU weights are returned without a copy.
     """
-    if isinstance(interface, PseudoInverseTying):
-        iface = copy.deepcopy(interface).to(device="cpu", dtype=torch.float64)
-        return iface.embedding_matrix().detach(), iface.unembedding_matrix().detach()
-    E = _float(interface.embedding_matrix())
-    if isinstance(interface, TransposeTying):
-        return E, E
-    return E, _float(interface.unembedding_matrix())
-
-
-def _float(x: Tensor) -> Tensor:
-    """Detached CPU copy in float32, or float64 if stored so."""
-    x = x.detach().cpu()
-    return x if x.dtype in (torch.float32, torch.float64) else x.to(torch.float32)
+    return interface.analysis_matrices()
 
 
 def final_norm_gain(model: nn.Module) -> Tensor | None:
@@ -138,13 +122,12 @@ class InterfaceMatrices:
 
 
 def interface_matrices(loaded: Any) -> InterfaceMatrices:
-    """The `InterfaceMatrices` of a `tying.models.LoadedModel`.
+    """The `InterfaceMatrices` of a `tying.loader.LoadedModel`.
 
-    Token strings come from `tying.models.vocabulary_strings` (one per interface row; rows
+    Token strings come from `tying.loader.vocabulary_strings` (one per interface row; rows
     past the tokenizer or ids without a token get None).
     """
-    from tying.hf.state import tie_of
-    from tying.models import vocabulary_strings
+    from tying.loader import vocabulary_strings
 
     E, U = materialize(loaded.interface)
     tokens = None
@@ -155,7 +138,7 @@ def interface_matrices(loaded: Any) -> InterfaceMatrices:
         U=U,
         gain=final_norm_gain(loaded.model),
         scale=embed_scale(loaded.model),
-        tie=tie_of(loaded.interface),
+        tie=loaded.interface.tie,
         tokens=tokens,
     )
 
@@ -169,6 +152,7 @@ def model_info(loaded: Any, mats: InterfaceMatrices) -> dict[str, Any]:
         "vocab_size": mats.vocab_size,
         "d_model": mats.d_model,
         "tie": mats.tie,
+        "shares_matrix": mats.E is mats.U,
         "n_layers": len(getattr(loaded.model, "blocks", [])),
         "interface": type(loaded.interface).__name__,
         "embed_scale": mats.scale,

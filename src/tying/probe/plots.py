@@ -1,4 +1,9 @@
-"""PNG figures of the probe (matplotlib, no display needed: `Figure` + Agg canvas)."""
+"""PNG figures of the probe (matplotlib, no display needed: `Figure` + Agg canvas).
+
+Each `plot_*` saves the figure its `*_figure` builds. Axes name their units in parentheses
+(weight units: the units of the stored matrix entries); lines have their own hollow markers
+(`tying.report.style`); tick labels are plain numbers (no offset text).
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,38 @@ from typing import Any
 
 from torch import Tensor
 
+from tying.report.style import plain_ticks, series_style
+
 
 def _save(fig: Any, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     return path
+
+
+def norm_frequency_figure(
+    points: Mapping[str, Mapping[str, Tensor]], rho: Mapping[str, float], *, title: str = ""
+) -> Any:
+    """The `plot_norm_frequency` figure (a matplotlib `Figure`, not saved)."""
+    from matplotlib.figure import Figure
+
+    labels = list(points)
+    fig = Figure(figsize=(5.0 * len(labels), 4.2), layout="constrained")
+    axes = fig.subplots(1, len(labels), squeeze=False)[0]
+    for ax, label in zip(axes, labels, strict=True):
+        p = points[label]
+        # Many tokens: small translucent dots that show density; few: visible markers.
+        size, alpha = (2, 0.25) if len(p["norm"]) > 5_000 else (8, 0.6)
+        ax.scatter(p["log_frequency"].numpy(), p["norm"].numpy(), s=size, alpha=alpha, linewidths=0)
+        ax.set_xlabel("log relative frequency ln(count / N) (nats)")
+        ax.set_ylabel(f"row norm ‖{label.split()[0]}[v]‖₂ (weight units)")
+        ax.set_title(f"{label}: Spearman ρ = {rho[label]:.3f} (n = {len(p['norm']):,})")
+        ax.grid(alpha=0.3)
+        plain_ticks(ax)
+    if title:
+        fig.suptitle(title)
+    return fig
 
 
 def plot_norm_frequency(
@@ -35,29 +66,44 @@ def plot_norm_frequency(
     Returns:
         The path written.
     """
-    from matplotlib.figure import Figure
+    return _save(norm_frequency_figure(points, rho, title=title), path)
 
-    labels = list(points)
-    fig = Figure(figsize=(5.0 * len(labels), 4.2), layout="constrained")
-    axes = fig.subplots(1, len(labels), squeeze=False)[0]
-    for ax, label in zip(axes, labels, strict=True):
-        p = points[label]
-        # Many tokens: small translucent dots that show density; few: visible markers.
-        size, alpha = (2, 0.25) if len(p["norm"]) > 5_000 else (8, 0.6)
-        ax.scatter(p["log_frequency"].numpy(), p["norm"].numpy(), s=size, alpha=alpha, linewidths=0)
-        ax.set_xlabel("log relative frequency, ln(count / N)")
-        ax.set_ylabel(f"row norm ‖{label.split()[0]}[v]‖₂")
-        ax.set_title(f"{label}: Spearman ρ = {rho[label]:.3f} (n = {len(p['norm']):,})")
-        ax.grid(alpha=0.3)
-    if title:
-        fig.suptitle(title)
-    return _save(fig, path)
+
+def drift_figure(steps: Sequence[int], curves: Mapping[str, Mapping[str, Sequence[float]]]) -> Any:
+    """The `plot_drift` figure (a matplotlib `Figure`, not saved)."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(7.0, 4.2), layout="constrained")
+    ax = fig.subplots()
+    for i, (label, d) in enumerate(curves.items()):
+        line = ax.plot(
+            steps, d["to_first"], label=f"{label}: to first", **series_style(2 * i, len(steps))
+        )
+        ax.plot(
+            steps[1:],
+            d["to_previous"],
+            linestyle="--",
+            color=line[0].get_color(),
+            label=f"{label}: to previous",
+            **series_style(2 * i + 1, len(steps) - 1),
+        )
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("checkpoint step (optimizer steps)")
+    ax.set_ylabel("mean cosine per token (unitless)")
+    ax.set_title("drift of the token matrices across checkpoints")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    plain_ticks(ax)
+    return fig
 
 
 def plot_drift(
     steps: Sequence[int], curves: Mapping[str, Mapping[str, Sequence[float]]], path: str | Path
 ) -> Path:
     """Mean per-token cosine to the first and to the previous checkpoint, against the step.
+
+    Tick labels are plain (a drift of 1e-5 reads 0.99999, not as an offset over the title).
 
     Args:
         steps: the checkpoint steps (n + 1).
@@ -68,29 +114,25 @@ def plot_drift(
     Returns:
         The path written.
     """
+    return _save(drift_figure(steps, curves), path)
+
+
+def spectra_figure(spectra: Mapping[str, Sequence[float]]) -> Any:
+    """The `plot_spectra` figure (a matplotlib `Figure`, not saved)."""
     from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(7.0, 4.2), layout="constrained")
     ax = fig.subplots()
-    for label, d in curves.items():
-        line = ax.plot(steps, d["to_first"], marker="o", markersize=3, label=f"{label}: to first")
-        ax.plot(
-            steps[1:],
-            d["to_previous"],
-            marker="s",
-            markersize=3,
-            linestyle="--",
-            color=line[0].get_color(),
-            label=f"{label}: to previous",
-        )
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("step")
-    ax.set_ylabel("mean cosine (per token)")
-    ax.set_title("drift of the token matrices across checkpoints")
-    ax.grid(alpha=0.3)
+    for i, (label, values) in enumerate(spectra.items()):
+        ax.plot(range(1, len(values) + 1), values, label=label, **series_style(i, len(values)))
+    ax.set_yscale("log")
+    ax.set_xlabel("index i (largest first)")
+    ax.set_ylabel("singular value σ_i (weight units)")
+    ax.set_title("singular value spectra")
+    ax.grid(alpha=0.3, which="both")
     ax.legend()
-    return _save(fig, path)
+    plain_ticks(ax, "x")
+    return fig
 
 
 def plot_spectra(spectra: Mapping[str, Sequence[float]], path: str | Path) -> Path:
@@ -103,16 +145,4 @@ def plot_spectra(spectra: Mapping[str, Sequence[float]], path: str | Path) -> Pa
     Returns:
         The path written.
     """
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7.0, 4.2), layout="constrained")
-    ax = fig.subplots()
-    for label, values in spectra.items():
-        ax.plot(range(1, len(values) + 1), values, label=label)
-    ax.set_yscale("log")
-    ax.set_xlabel("index i")
-    ax.set_ylabel("singular value σ_i")
-    ax.set_title("singular value spectra")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend()
-    return _save(fig, path)
+    return _save(spectra_figure(spectra), path)

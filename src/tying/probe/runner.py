@@ -4,6 +4,7 @@ Outputs in the output folder:
 
     probe.json              every number (the contract: docs/metrics.md, "probe.json")
     probe.md                the same numbers as tables with units, the plots linked
+    probe.html              the same page, self-contained (plots embedded)
     norm_frequency.png      row norm against log frequency, E and U
     spectra.png             singular values of E and U
     drift.png               drift curves (training runs with >= 2 checkpoints)
@@ -20,10 +21,12 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
+from tying.analysis import IDENTITY_MODES, definition_parts
+from tying.config import positional
 from tying.probe import compare
 from tying.probe.matrices import MAPS, InterfaceMatrices, interface_matrices, model_info
 from tying.probe.stages import Log, Stages, quiet_log
@@ -79,19 +82,26 @@ class ProbeOptions:
         against: a second model to compare with (None: no comparison).
         corpus: text for the token counts of norm_frequency (None: the Gutenberg validation
             books).
-        corpus_tokens: tokens counted from the corpus (None: all).
+        corpus_tokens: tokens counted from the corpus (null or 0 = all).
         min_count: tokens seen fewer times are left out of norm_frequency.
         k: neighbours of the KNN@k overlap.
         spectral_k: neighbours of the spectral distance's kNN graphs.
         n_components: eigenpairs of the omnibus embedding.
+        spectral_definition: "published" (the bias paper's code: half-weight graphs,
+            spectral norm) or "union-frobenius" (binary union graphs, Frobenius norm).
+        identity: the identity alignment of raw rows ("raw", published) or of mean-centred
+            ones ("centred").
         maps: matrices the comparisons use, "raw" (E, U) or "effective" (s·E, U diag(g)).
         pairs: "all" six pairs of {A,B}.{input,output}, or "cross" (A.x vs B.y only).
         skip: blocks left out (see BLOCKS): names, or one "a,b" string (aliases allowed).
-        tokenizer, against_tokenizer: override the models' tokenizers (load_tokenizer specs).
-        dtype: dtype the weights are loaded in (the probe computes in float32/float64).
+        tokenizer: override the model's tokenizer (a tokenizer spec).
+        against_tokenizer: override the second model's tokenizer.
+        load_dtype: float32, bfloat16 or float16, the dtype the weights are loaded in (every
+            metric runs in float32/float64).
+        out: output folder (probe.json, probe.md, probe.html, PNGs); null = probe-<name>.
     """
 
-    spec: str
+    spec: str = positional()
     against: str | None = None
     corpus: str | None = None
     corpus_tokens: int | None = 200_000
@@ -99,23 +109,31 @@ class ProbeOptions:
     k: int = 10
     spectral_k: int = 64
     n_components: int = 128
-    maps: str = "raw"
-    pairs: str = "all"
+    spectral_definition: Literal["published", "union-frobenius"] = "published"
+    identity: Literal["raw", "centred"] = "raw"
+    maps: Literal["raw", "effective"] = "raw"
+    pairs: Literal["all", "cross"] = "all"
     skip: frozenset[str] | str = field(default_factory=frozenset)
     tokenizer: str | None = None
     against_tokenizer: str | None = None
-    dtype: torch.dtype = torch.float32
+    load_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    out: str | None = None
 
     def __post_init__(self) -> None:
         self.skip = parse_skip(self.skip if isinstance(self.skip, str) else tuple(self.skip))
         for name in ("k", "spectral_k", "n_components", "min_count"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.corpus_tokens == 0:  # 0 = all, as in the CLI of tying 0.1
+            self.corpus_tokens = None
         if self.corpus_tokens is not None and self.corpus_tokens < 1:
             raise ValueError(f"corpus_tokens must be >= 1 or None, got {self.corpus_tokens}")
         if self.maps not in MAPS:
             raise ValueError(f"maps must be one of {MAPS}, got {self.maps!r}")
         compare.pairs_of(self.pairs)
+        definition_parts(self.spectral_definition)
+        if self.identity not in IDENTITY_MODES:
+            raise ValueError(f"identity must be one of {IDENTITY_MODES}, got {self.identity!r}")
 
 
 @dataclass
@@ -159,7 +177,7 @@ def _compute(report: _Report, skip: frozenset[str], name: str, fn: Any, detail: 
 
 
 def _load(spec: str, tokenizer: str | None, dtype: torch.dtype) -> Any:
-    from tying.models import load_any
+    from tying.loader import load_any
 
     return load_any(spec, dtype=dtype, tokenizer=tokenizer)
 
@@ -171,7 +189,7 @@ def _single_model(options: ProbeOptions, report: _Report, figures: _Figures) -> 
 
     stages, skip = report.stages, options.skip
     with stages("load", options.spec):
-        loaded = _load(options.spec, options.tokenizer, options.dtype)
+        loaded = _load(options.spec, options.tokenizer, getattr(torch, options.load_dtype))
     with stages("matrices"):
         mats = interface_matrices(loaded)
     report.data["model"] = model_info(loaded, mats)
@@ -273,7 +291,9 @@ def _comparison(options: ProbeOptions, a: InterfaceMatrices, report: _Report) ->
     """Load model B and run the comparison blocks."""
     stages, skip = report.stages, options.skip
     with stages("load_against", options.against):
-        loaded = _load(options.against, options.against_tokenizer, options.dtype)
+        loaded = _load(
+            options.against, options.against_tokenizer, getattr(torch, options.load_dtype)
+        )
         b = interface_matrices(loaded)
     report.data["against"] = model_info(loaded, b)
     del loaded
@@ -285,14 +305,14 @@ def _comparison(options: ProbeOptions, a: InterfaceMatrices, report: _Report) ->
     report.data["vocab_match"] = match
     stages.log(f"vocab_match: {match['matched']} tokens matched (by {match['by']})")
     named = compare.named_matrices(a, b, idx_a, idx_b, options.maps)
-    pairs = compare.pairs_of(options.pairs)
+    pairs = compare.paper_direction(named, compare.pairs_of(options.pairs))
     common = {"maps": options.maps, "pair_set": options.pairs}
 
     _compute(
         report,
         skip,
         "alignment",
-        lambda: {**common, **compare.alignment_block(named, pairs)},
+        lambda: {**common, **compare.alignment_block(named, pairs, options.identity)},
         f"{len(pairs)} pairs",
     )
 
@@ -329,7 +349,13 @@ def _comparison(options: ProbeOptions, a: InterfaceMatrices, report: _Report) ->
             lambda: {
                 **common,
                 **compare.spectral_block(
-                    named, pairs, lists, options.spectral_k, options.n_components, stages.log
+                    named,
+                    pairs,
+                    lists,
+                    options.spectral_k,
+                    options.n_components,
+                    stages.log,
+                    options.spectral_definition,
                 ),
             },
         )
@@ -343,7 +369,7 @@ def _plots(report: _Report, figures: _Figures, out: Path) -> dict[str, str]:
     name = data["model"]["name"]
     if figures.norm_points is not None and figures.norm_rho is not None:
         points, rho = figures.norm_points, figures.norm_rho
-        if data["model"]["tie"] == "tt":  # one matrix: one panel
+        if data["model"]["shares_matrix"]:  # one matrix: one panel
             points, rho = {"E = U": points["E"]}, {"E = U": rho["E"]}
         path = plots.plot_norm_frequency(
             points,
@@ -355,13 +381,13 @@ def _plots(report: _Report, figures: _Figures, out: Path) -> dict[str, str]:
     spectra = data.get("spectra")
     if spectra and "error" not in spectra:
         curves = {label: spectra[label]["singular_values"] for label in ("E", "U")}
-        if data["model"]["tie"] == "tt":
+        if data["model"]["shares_matrix"]:
             curves = {"E = U (tied)": curves["E"]}
         files["spectra"] = plots.plot_spectra(curves, out / "spectra.png").name
     drift = data.get("drift")
     if drift and "error" not in drift:
         curves = {label: drift[label] for label in ("E", "U")}
-        if data["model"]["tie"] == "tt":
+        if data["model"]["shares_matrix"]:
             curves = {"E = U (tied)": drift["E"]}
         files["drift"] = plots.plot_drift(drift["steps"], curves, out / "drift.png").name
     return files
@@ -384,7 +410,8 @@ class ProbeResult:
 
     Attributes:
         report: the probe.json content.
-        json_path, markdown_path: the files written.
+        json_path, markdown_path, html_path: the files written (probe.html: the same page as
+            probe.md, self-contained).
         plots: plot name -> PNG path.
         errors: blocks that failed (each {"error": ...} in the report).
     """
@@ -392,16 +419,19 @@ class ProbeResult:
     report: dict[str, Any]
     json_path: Path
     markdown_path: Path
+    html_path: Path
     plots: dict[str, Path]
     errors: list[str]
 
 
-def run_probe(options: ProbeOptions, out: str | Path, log: Log = quiet_log) -> ProbeResult:
-    """Probe a model (and compare it with `options.against`), write probe.json, probe.md, PNGs.
+def run_probe(
+    options: ProbeOptions, out: str | Path | None = None, log: Log = quiet_log
+) -> ProbeResult:
+    """Probe a model (and compare it with `options.against`): probe.json, .md, .html, PNGs.
 
     Args:
         options: the model(s) and settings.
-        out: output folder (created).
+        out: output folder (created); None = `options.out`, else probe-<spec's last part>.
         log: receives one line per stage start/end (e.g. `stages.stderr_log()`).
 
     Returns:
@@ -412,10 +442,10 @@ def run_probe(options: ProbeOptions, out: str | Path, log: Log = quiet_log) -> P
         ValueError: an unsupported model or tokenizer (loading errors stop the probe; errors
             inside a block are reported in that block).
     """
-    from tying.probe.report import render_markdown
+    from tying.probe.report import write_probe_documents
 
     start = time.perf_counter()
-    out = Path(out)
+    out = Path(out or options.out or f"probe-{Path(options.spec).name or 'model'}")
     out.mkdir(parents=True, exist_ok=True)
     stages = Stages(log)
     report = _Report(stages)
@@ -439,12 +469,12 @@ def run_probe(options: ProbeOptions, out: str | Path, log: Log = quiet_log) -> P
     data = _finite(report.data)
     json_path = out / "probe.json"
     json_path.write_text(json.dumps(data, indent=2) + "\n")
-    md_path = out / "probe.md"
-    md_path.write_text(render_markdown(data))
+    md_path, html_path = write_probe_documents(data, out)
     return ProbeResult(
         report=data,
         json_path=json_path,
         markdown_path=md_path,
+        html_path=html_path,
         plots={k: out / v for k, v in files.items()},
         errors=list(report.errors),
     )

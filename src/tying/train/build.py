@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +16,11 @@ from tying.data.batches import WindowSampler
 from tying.data.corpus import default_train_source, default_validation_source
 from tying.data.shards import TokenStore, ensure_shards, open_shards
 from tying.data.tokenizer import TextTokenizer, load_tokenizer
-from tying.interface.pit import scratch_t_scale
+from tying.decoder import Decoder, ModelConfig, preset_config
+from tying.hf import HFCausalLM, convert, load
+from tying.interface import build_interface, interface_class
 from tying.paths import cache_dir
-from tying.train.config import T_SCALE_MATCH_TT, TrainConfig
+from tying.train.config import TrainConfig
 from tying.train.distributed import DistInfo, barrier
 
 
@@ -42,44 +44,41 @@ class TrainingSetup:
 
 
 def build_model(cfg: TrainConfig, vocab_size: int) -> nn.Module:
-    """The model of a run: a decoder preset (scratch) or a converted HF model (teacher)."""
+    """The model of a run: a decoder preset (scratch) or a converted HF model (teacher).
+
+    The interface's own options come from the config keys its class names in
+    `config_options` (`TrainConfig.interface_fields`), whatever the interface.
+    """
+    fields = cfg.interface_fields()
     if cfg.model is not None:
-        from tying.hf import HFCausalLM, convert, load
-
         hf_model, _ = load(cfg.model)
-        options: dict[str, Any] = {}
-        if cfg.tie == "pit":
-            options = {"t_init": cfg.t_init, "trainable_z": cfg.trainable_z}
-        elif cfg.tie == "tt" and cfg.input_grad_scale != 1.0:
-            options = {"input_grad_scale": cfg.input_grad_scale}
-        convert(hf_model, tie=cfg.tie, **options)
+        mapping = interface_class(cfg.tie).config_options
+        convert(hf_model, tie=cfg.tie, **{mapping[k]: v for k, v in fields.items()})
         return HFCausalLM(hf_model)
-    from tying.model.decoder import Decoder
-    from tying.model.presets import preset_config
-
+    model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
     model_cfg = preset_config(
         cfg.preset,
         vocab_size=vocab_size,
         tie=cfg.tie,
         norm=cfg.norm,
         max_seq_len=max(cfg.seq_len, 1024),
-        input_grad_scale=cfg.input_grad_scale,
-        pit_trainable_z=cfg.trainable_z if cfg.tie == "pit" else False,
-        pit_diag_activation=cfg.pit_diag_activation,
+        **{k: v for k, v in fields.items() if k in model_fields},
     )
-    model = Decoder(model_cfg, generator=torch.Generator().manual_seed(cfg.seed))
-    if cfg.tie == "pit" and cfg.pit_t_scale != 1.0:
-        c = pit_t_scale(cfg, model_cfg.vocab_size, model_cfg.d_model, model_cfg.init_std)
-        model.interface.scale_transform_(c)
-    return model
-
-
-def pit_t_scale(cfg: TrainConfig, vocab_size: int, d_model: int, init_std: float) -> float:
-    """The scratch T = c·I of a run: `pit_t_scale`, or for "match_tt" the c that gives E's rows
-    the mean norm init_std·√d of an N(0, init_std²) row: c = 1/(init_std·√V)."""
-    if cfg.pit_t_scale == T_SCALE_MATCH_TT:
-        return scratch_t_scale(vocab_size, d_model, init_std * math.sqrt(d_model))
-    return float(cfg.pit_t_scale)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    interface = None
+    if cfg.pit_t_scale != 1.0:  # PIT's scratch T = c·I (TrainConfig allows it only there)
+        # Drawn first from the same generator, as Decoder draws its own interface: the
+        # blocks get the same initial weights as with T = I.
+        interface = build_interface(
+            model_cfg.tie,
+            model_cfg.vocab_size,
+            model_cfg.d_model,
+            generator=generator,
+            init_std=model_cfg.init_std,
+            t_scale=cfg.pit_t_scale,
+            **model_cfg.interface_options(),
+        )
+    return Decoder(model_cfg, interface=interface, generator=generator)
 
 
 def check_vocabulary(tokenizer_vocab: int, model_vocab: int, tokenizer_name: str) -> None:

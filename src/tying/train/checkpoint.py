@@ -91,6 +91,50 @@ def save_checkpoint(
     return final
 
 
+def nonfinite_tensors(tensors: dict[str, torch.Tensor]) -> list[str]:
+    """Keys of the floating-point tensors that hold NaN or Inf."""
+    return [
+        k for k, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())
+    ]
+
+
+def checkpoint_problem(path: str | Path) -> str | None:
+    """Why checkpoint folder `path` is not good (missing or damaged files, non-finite
+    weights), or None when it is complete, loadable and finite."""
+    p = Path(path)
+    for name in ("model.safetensors", "optimizer.pt", "rng.safetensors", "trainer.json"):
+        if not (p / name).is_file():
+            return f"{p / name} is missing"
+    try:
+        state = load_file(str(p / "model.safetensors"))
+    except Exception as e:  # safetensors raises its own error type for damaged files
+        return f"{p / 'model.safetensors'} is damaged ({_first_line(e)})"
+    bad = nonfinite_tensors(state)
+    if bad:
+        return f"{p / 'model.safetensors'} holds non-finite values in {bad[0]}"
+    try:
+        json.loads((p / "trainer.json").read_text())
+    except ValueError as e:
+        return f"{p / 'trainer.json'} is damaged ({_first_line(e)})"
+    return None
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def latest_good_checkpoint(run_dir: str | Path) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint of a run that `checkpoint_problem` finds good, and the problems of
+    the newer ones it skipped (one line each)."""
+    skipped = []
+    for folder in reversed(list_checkpoints(run_dir)):
+        problem = checkpoint_problem(folder)
+        if problem is None:
+            return folder, skipped
+        skipped.append(problem)
+    return None, skipped
+
+
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
     """Complete checkpoints of a run, oldest first."""
     root = Path(run_dir) / CHECKPOINT_DIR
@@ -127,15 +171,44 @@ def resolve_checkpoint(path: str | Path) -> Path:
     )
 
 
+def load_model_state(path: str | Path) -> dict[str, torch.Tensor]:
+    """The weights of a checkpoint folder (ValueError naming the file when it is damaged)."""
+    file = resolve_checkpoint(path) / "model.safetensors"
+    try:
+        return load_file(str(file))
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # safetensors raises its own error type for damaged files
+        raise ValueError(
+            f"{file} is damaged ({_first_line(e)}): use another checkpoint of the run "
+            "(checkpoints/step-N)"
+        ) from None
+
+
+def read_trainer_state(path: str | Path) -> dict[str, Any]:
+    """trainer.json of a checkpoint folder (ValueError naming the file when it is damaged)."""
+    file = resolve_checkpoint(path) / "trainer.json"
+    try:
+        return json.loads(file.read_text())
+    except ValueError as e:
+        raise ValueError(f"{file} is damaged ({_first_line(e)})") from None
+
+
 def load_checkpoint(
     path: str | Path,
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
-    """(model_state, optimizer_state, trainer_state) of a checkpoint folder; restores no RNG."""
+    """(model_state, optimizer_state, trainer_state) of a checkpoint folder; restores no RNG.
+
+    Raises:
+        ValueError: a damaged file (named).
+    """
     p = resolve_checkpoint(path)
-    model_state = load_file(str(p / "model.safetensors"))
-    optimizer_state = torch.load(p / "optimizer.pt", weights_only=True, map_location="cpu")
-    trainer_state = json.loads((p / "trainer.json").read_text())
-    return model_state, optimizer_state, trainer_state
+    model_state = load_model_state(p)
+    try:
+        optimizer_state = torch.load(p / "optimizer.pt", weights_only=True, map_location="cpu")
+    except (RuntimeError, ValueError, EOFError) as e:
+        raise ValueError(f"{p / 'optimizer.pt'} is damaged ({_first_line(e)})") from None
+    return model_state, optimizer_state, read_trainer_state(p)
 
 
 def restore_rng(path: str | Path) -> None:

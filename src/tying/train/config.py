@@ -3,82 +3,81 @@
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import dataclass
+from typing import Any, Literal
 
-from tying.config import ConfigError
-from tying.interface import check_tie
+from tying.config import ConfigError, renamed, tie_field
+from tying.interface import check_tie, interface_class
+from tying.interface.registry import check_interface_options
 
-PRECISIONS = ("bf16", "fp32")
 #: How a trained PIT memory Z is optimised (tying.train.optim).
-Z_OPTIMIZERS = ("adamw", "riemannian_adam")
+ZOptimizer = Literal["adamw", "riemannian_adam"]
 #: How PIT's T = L Lᵀ is optimised (tying.train.optim).
-T_OPTIMIZERS = ("adamw", "riemannian_adam")
+TOptimizer = Literal["adamw", "riemannian_adam"]
+Z_OPTIMIZERS: tuple[str, ...] = typing.get_args(ZOptimizer)
+T_OPTIMIZERS: tuple[str, ...] = typing.get_args(TOptimizer)
 #: Rule value of pit_z_lr_scale (tying.train.optim.z_lr_scale).
 ENTRY_SIZE = "entry_size"
-#: Rule value of pit_t_scale: E's initial rows as long as a standard N(0, init_std²) row.
-T_SCALE_MATCH_TT = "match_tt"
-DISTRIBUTED = ("ddp", "fsdp")
+#: Rule value of pit_t_scale (tying.interface.pit.scratch_t_scale): c = init_std·√V.
+T_SCALE_AUTO = "auto"
 
 
 @dataclass
 class TrainConfig:
-    """Configuration of one training run (YAML file + `key=value` overrides).
+    """Configuration of one training run (YAML file, `key=value` overrides or `--key value` flags).
 
-    Model:
-        preset: decoder preset for scratch mode (`tiny`, `mini`, `small`, ...).
-        model: a `tying.hf.load` spec (hub id, folder, .gguf, `smollm2`) for
-            teacher mode; None trains the preset from scratch.
-        tie: token interface, "untied", "tt" or "pit".
-        t_init: teacher-mode PIT initialisation of T ("identity", "output", "input").
-        pit_trainable_z: train PIT's memory Z (Stiefel retraction after each step).
-            None (default) = trained in scratch mode (a frozen random Z leaves no
-            per-token parameter to learn), frozen in teacher mode (Z keeps the
-            teacher's polar factor).
-        pit_diag_activation: "exp" or "softplus" for L's diagonal.
-        pit_t_scale: scratch-mode PIT: the initial T = c·I (E = Z/c, W_out = c·Zᵀ), a
-            positive number or "match_tt": c = 1/(init_std·√V), so that E's rows have
-            the mean norm init_std·√d of an N(0, init_std²) (untied/TT) row (0.223 for
-            V = 50,257). 1 (default) is the PIT paper's T = I. Teacher mode takes T from t_init.
-        pit_z_optimizer: how a trained Z is optimised: "adamw" (an AdamW group, then the
-            polar retraction after each step) or "riemannian_adam" (geoopt's RiemannianAdam
-            on the Stiefel manifold; see tying.train.optim). A frozen Z: pit_trainable_z=false.
-        pit_z_lr_scale: Z's learning rate = lr(step) × this: a positive number, or
-            "entry_size": the relative step of a standard N(0, init_std²) matrix under
-            AdamW, (1/√V)/init_std for "adamw" (0.223 at V = 50,257) and √d/init_std for
-            "riemannian_adam" (800 at d = 256); see tying.train.optim.z_lr_scale.
-        pit_t_optimizer: how T = L Lᵀ is optimised: "adamw" (AdamW on the stored Cholesky
-            parameter, the PIT paper's) or "riemannian_adam" (Riemannian Adam on the SPD
-            manifold, affine-invariant metric: tying.train.optim.CholeskySPDAdam; its
-            learning rate is the size of the step of log T per step).
-        pit_l_lr_scale: T's learning rate = lr(step) × this (> 0).
-        input_grad_scale: TT only: multiplies the input-side gradient of E.
-        norm: "rms" or "layer" (scratch mode).
-    Data:
-        data: training text (file, folder, glob or `hf:NAME`); None = Gutenberg train shards.
-        val_data: held-out text; None = Gutenberg validation.jsonl.xz; "" disables validation.
-        tokenizer: tokenizer spec for scratch mode ("gpt2", a folder, a .gguf, "smollm2").
-        max_documents: cap on training documents tokenized (None = all).
-    Optimisation:
+    Attributes:
+        preset: decoder preset trained from scratch (tiny, mini, small, medium, large, xl).
+        model: teacher mode: the pretrained model to convert and continue (smollm2, a .gguf, a
+            transformers folder or a hub id); null trains `preset` from scratch.
+        tie: token interface: untied, tt (W_out = E^T) or pit (pseudo-inverse tying).
+        t_init: teacher-mode PIT: how T is initialised (identity, output, input; null = the
+            conversion default).
+        pit_trainable_z: PIT: train the memory Z (with a Stiefel retraction after each step);
+            null = trained from scratch, frozen in teacher mode.
+        pit_diag_activation: PIT: exp or softplus, the map from parameters to L's diagonal.
+        pit_t_scale: scratch-mode PIT: the initial T = c·I, so E = Z/c and W_out = c·Zᵀ
+            (unitless c > 0), or auto: c = init_std·√V (4.48 at V = 50,257), which starts
+            W_out's rows and the logits at an N(0, init_std²) head's scale; 1 = the paper's T = I.
+        pit_z_optimizer: PIT with a trained Z: adamw (Z is an AdamW group, then the polar
+            retraction) or riemannian_adam (geoopt's RiemannianAdam on the Stiefel manifold).
+        pit_z_lr_scale: PIT: Z's learning rate as a multiple of lr (unitless), or entry_size:
+            Z's relative step made a standard matrix's ((1/√V)/init_std for adamw, √d/init_std
+            for riemannian_adam; see tying.train.optim.z_lr_scale).
+        pit_t_optimizer: PIT: adamw (AdamW on L's stored parameter, the paper's) or
+            riemannian_adam (Riemannian Adam on T over the SPD manifold, affine-invariant:
+            the learning rate is then the step of log T per step).
+        pit_l_lr_scale: PIT: T's learning rate as a multiple of lr (unitless, > 0).
+        input_grad_scale: TT: multiplier of the input-side gradient of E (unitless).
+        norm: scratch mode: rms (RMSNorm) or layer (LayerNorm).
+        data: training text (a file, folder, glob or hf:NAME); null = the Gutenberg train books.
+        val_data: held-out text; null = Gutenberg validation; an empty string = no validation.
+        tokenizer: scratch mode: gpt2, smollm2, a tokenizer folder, tokenizer.json or .gguf.
+        max_documents: cap on the training documents tokenized (null = all).
         max_steps: optimizer steps.
         seq_len: tokens per window.
-        global_batch_tokens: tokens per optimizer step over all processes and
-            micro-batches; must be a multiple of seq_len × micro_batch_size × world size.
+        global_batch_tokens: tokens per optimizer step over all processes and micro-batches
+            (a multiple of seq_len × micro_batch_size × processes).
         micro_batch_size: windows per forward pass per process.
-        lr, min_lr_ratio, warmup_steps: linear warm-up to lr, cosine decay to lr × min_lr_ratio.
-        weight_decay, beta1, beta2, grad_clip: AdamW and gradient-norm clipping (0 = off).
-        precision: "bf16" (autocast) or "fp32".
+        lr: peak learning rate (after a linear warm-up).
+        min_lr_ratio: final learning rate of the cosine decay, as a fraction of lr.
+        warmup_steps: steps of linear warm-up.
+        weight_decay: AdamW weight decay of matrices (not of norms, PIT's Z or L).
+        beta1: AdamW first-moment decay.
+        beta2: AdamW second-moment decay.
+        grad_clip: maximum global gradient norm (0 = no clipping).
+        precision: auto, bf16 (autocast) or fp32; auto = bf16 where the hardware has it.
         compile: wrap the model in torch.compile.
         seed: initialisation and data order.
-        deterministic: use PyTorch's deterministic kernels (CPU scatter/index-add are
-            otherwise order-nondeterministic), so a resumed run repeats the losses exactly.
-    Evaluation, checkpoints, logging:
+        deterministic: use deterministic kernels, so a resumed run repeats the losses exactly.
         eval_every: steps between validation passes (0 = only at the end).
-        eval_tokens: tokens evaluated per validation pass.
-        out_dir: run folder (metrics.jsonl, config.yaml, checkpoints/, tensorboard/).
+        eval_tokens: tokens per validation pass.
+        out: run folder (metrics.jsonl, config.yaml, checkpoints/, tensorboard/).
         checkpoint_every: steps between checkpoints (0 = only at the end).
-        keep_last: checkpoints kept.
-        resume: continue from the newest checkpoint in out_dir.
-        distributed: "ddp" or "fsdp" when launched by torchrun.
+        keep_last: checkpoints kept (older ones are deleted).
+        resume: continue from the newest intact checkpoint in `out`.
+        distributed: ddp or fsdp, when launched by torchrun.
         track_gradient_paths: log the input/output split of the interface gradient.
         tensorboard: also write TensorBoard event files.
         progress: show a progress bar.
@@ -86,17 +85,17 @@ class TrainConfig:
 
     preset: str = "tiny"
     model: str | None = None
-    tie: str = "tt"
-    t_init: str = "output"
+    tie: str = tie_field()
+    t_init: str | None = None
     pit_trainable_z: bool | None = None
-    pit_diag_activation: str = "exp"
-    pit_t_scale: float | str = 1.0
-    pit_z_optimizer: str = "adamw"
-    pit_z_lr_scale: float | str = 1.0
-    pit_t_optimizer: str = "adamw"
+    pit_diag_activation: Literal["exp", "softplus"] = "exp"
+    pit_t_scale: float | Literal["auto"] = 1.0
+    pit_z_optimizer: ZOptimizer = "adamw"
+    pit_z_lr_scale: float | Literal["entry_size"] = 1.0
+    pit_t_optimizer: TOptimizer = "adamw"
     pit_l_lr_scale: float = 1.0
     input_grad_scale: float = 1.0
-    norm: str = "rms"
+    norm: Literal["rms", "layer"] = "rms"
 
     data: str | None = None
     val_data: str | None = None
@@ -114,18 +113,18 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
-    precision: str = "bf16"
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
     compile: bool = False
     seed: int = 0
     deterministic: bool = True
 
     eval_every: int = 100
     eval_tokens: int = 65536
-    out_dir: str = "runs/train"
+    out: str = renamed("runs/train", "out_dir")
     checkpoint_every: int = 100
     keep_last: int = 2
     resume: bool = False
-    distributed: str = "ddp"
+    distributed: Literal["ddp", "fsdp"] = "ddp"
     track_gradient_paths: bool = False
     tensorboard: bool = True
     progress: bool = True
@@ -133,12 +132,9 @@ class TrainConfig:
     def __post_init__(self) -> None:
         try:
             check_tie(self.tie)
+            check_interface_options(self, self.tie)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.distributed not in DISTRIBUTED:
-            raise ConfigError(f"distributed must be one of {DISTRIBUTED}, got {self.distributed!r}")
         for name in (
             "max_steps",
             "seq_len",
@@ -153,32 +149,21 @@ class TrainConfig:
         self._check_pit_optimisation()
 
     def _check_pit_optimisation(self) -> None:
-        """Validate the pit_t_scale / pit_z_* / pit_l_* keys (PIT only; ignored for other ties)."""
-        if self.pit_z_optimizer not in Z_OPTIMIZERS:
-            raise ConfigError(
-                f"pit_z_optimizer must be one of {Z_OPTIMIZERS}, got {self.pit_z_optimizer!r}"
-            )
-        if self.pit_t_optimizer not in T_OPTIMIZERS:
-            raise ConfigError(
-                f"pit_t_optimizer must be one of {T_OPTIMIZERS}, got {self.pit_t_optimizer!r}"
-            )
-        for name, rule in (("pit_t_scale", T_SCALE_MATCH_TT), ("pit_z_lr_scale", ENTRY_SIZE)):
+        """Validate the pit_t_scale / pit_z_* / pit_l_* keys (choices are checked on parsing)."""
+        for name, rule in (("pit_t_scale", T_SCALE_AUTO), ("pit_z_lr_scale", ENTRY_SIZE)):
             value = getattr(self, name)
-            if isinstance(value, str):
-                if value != rule:
-                    raise ConfigError(
-                        f"{name} must be a positive number or {rule!r}, got {value!r}"
-                    )
-            elif not (math.isfinite(value) and value > 0):
+            if value != rule and not (
+                isinstance(value, int | float) and math.isfinite(value) and value > 0
+            ):
                 raise ConfigError(f"{name} must be a positive number or {rule!r}, got {value!r}")
         if not (math.isfinite(self.pit_l_lr_scale) and self.pit_l_lr_scale > 0):
             raise ConfigError(
                 f"pit_l_lr_scale must be a positive number, got {self.pit_l_lr_scale!r}"
             )
-        if self.tie == "pit" and self.model is not None and self.pit_t_scale != 1.0:
+        if self.pit_t_scale != 1.0 and (self.tie != "pit" or self.model is not None):
             raise ConfigError(
-                "pit_t_scale applies to scratch mode only (teacher mode takes T from t_init); "
-                "leave it at 1"
+                f"pit_t_scale applies to scratch-mode PIT only (tie=pit, no model), got "
+                f"tie={self.tie!r}, model={self.model!r}: leave it at 1"
             )
         for key in ("pit_z_optimizer", "pit_t_optimizer"):
             if self.tie == "pit" and getattr(self, key) != "adamw" and self.distributed == "fsdp":
@@ -191,6 +176,19 @@ class TrainConfig:
     def trainable_z(self) -> bool:
         """Whether PIT's Z is trained: `pit_trainable_z`, or by mode when it is None."""
         return self.pit_trainable_z if self.pit_trainable_z is not None else self.model is None
+
+    def interface_fields(self) -> dict[str, Any]:
+        """{config key: value} of this config's keys that carry the chosen interface's options.
+
+        The keys are the interface class's `config_options` that this config has; `None`
+        values are left out (the interface's own default applies), and `pit_trainable_z`
+        is resolved by mode (`trainable_z`).
+        """
+        mapping = interface_class(self.tie).config_options
+        values = {key: getattr(self, key) for key in mapping if hasattr(self, key)}
+        if "pit_trainable_z" in values:
+            values["pit_trainable_z"] = self.trainable_z
+        return {k: v for k, v in values.items() if v is not None}
 
     def grad_accum_steps(self, world_size: int) -> int:
         """Micro-batches per optimizer step per process; raises if the batch does not divide."""

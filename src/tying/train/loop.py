@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from tying.config import ConfigError, save_config, to_dict
+from tying.config import ConfigError, from_dict, save_config, to_dict
+from tying.devices import autocast_for
 from tying.train import checkpoint as ckpt
 from tying.train.build import TrainingSetup, build_setup
 from tying.train.config import TrainConfig
@@ -42,7 +44,9 @@ from tying.train.schedule import learning_rate
 
 
 class DivergenceError(RuntimeError):
-    """The loss became NaN or Inf; the run stopped before applying that step."""
+    """The loss became NaN or Inf; the run stopped before applying that step (exit status 1)."""
+
+    exit_status = 1
 
 
 @dataclass
@@ -56,26 +60,90 @@ class TrainResult:
     val_loss: float | None
     elapsed_s: float
 
+    def summary(self) -> dict[str, Any]:
+        """A JSON-able dict (non-finite losses as null)."""
+        return {
+            "run_dir": str(self.run_dir),
+            "steps": self.steps,
+            "tokens": self.tokens,
+            "final_loss": self.final_loss if math.isfinite(self.final_loss) else None,
+            "val_loss": self.val_loss,
+            "elapsed_s": round(self.elapsed_s, 2),
+        }
 
-def autocast_context(cfg: TrainConfig, device: torch.device):
-    """bf16 autocast on the run's device, or nothing for fp32."""
-    if cfg.precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return nullcontext()
+
+def autocast_context(cfg: TrainConfig, device: torch.device) -> AbstractContextManager:
+    """bf16 autocast on the run's device, or nothing for fp32 (`precision` "auto" resolved by
+    `tying.devices.resolve_precision`)."""
+    return autocast_for(device, cfg.precision)()
 
 
-def _prepare_run_dir(cfg: TrainConfig, info: DistInfo) -> tuple[Path, Path | None]:
-    run_dir = Path(cfg.out_dir)
-    resume_from = ckpt.latest_checkpoint(run_dir) if cfg.resume else None
-    if not cfg.resume and ckpt.list_checkpoints(run_dir):
-        raise ConfigError(
-            f"{run_dir} already holds checkpoints of a run: pass resume=true to continue it, "
-            "or choose another out_dir (nothing was overwritten)"
-        )
-    if info.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, run_dir / "config.yaml")
-    return run_dir, resume_from
+#: TrainConfig keys that fix the model and its interface: a resumed run must keep them.
+MODEL_KEYS = (
+    "preset",
+    "model",
+    "tie",
+    "t_init",
+    "trainable_z",
+    "pit_diag_activation",
+    "input_grad_scale",
+    "norm",
+    "tokenizer",
+    "pit_t_scale",
+)
+#: TrainConfig keys that choose the optimizers whose state a checkpoint holds: a resumed run
+#: must keep them too (the learning-rate keys, lr and the pit_*_lr_scale, may change).
+OPTIMIZER_KEYS = ("pit_z_optimizer", "pit_t_optimizer")
+
+
+def _model_settings(cfg: TrainConfig) -> dict[str, Any]:
+    """The MODEL_KEYS values of a config (PIT's trainable Z resolved by mode)."""
+    return {key: getattr(cfg, key) for key in MODEL_KEYS}
+
+
+def check_resume_compatible(saved: TrainConfig, cfg: TrainConfig, where: Path) -> None:
+    """Raise ConfigError naming the first model/interface or optimizer setting `cfg` changes
+    from `saved` (MODEL_KEYS, OPTIMIZER_KEYS)."""
+    old, new = _model_settings(saved), _model_settings(cfg)
+    old |= {key: getattr(saved, key) for key in OPTIMIZER_KEYS}
+    new |= {key: getattr(cfg, key) for key in OPTIMIZER_KEYS}
+    for key in (*MODEL_KEYS, *OPTIMIZER_KEYS):
+        if old[key] != new[key]:
+            raise ConfigError(
+                f"cannot resume {where}: it was trained with {key}={old[key]!r}, this run asks "
+                f"for {key}={new[key]!r}; resume with the same setting, or choose another out"
+            )
+
+
+def _resume_point(cfg: TrainConfig, log: Any) -> Path | None:
+    """The newest good checkpoint to resume from (None: start), after checking the settings.
+
+    Damaged or non-finite newer checkpoints are skipped with a message; a run folder with
+    checkpoints and resume=false is refused (nothing is overwritten).
+    """
+    run_dir = Path(cfg.out)
+    if not cfg.resume:
+        if ckpt.list_checkpoints(run_dir):
+            raise ConfigError(
+                f"{run_dir} already holds checkpoints of a run: pass resume=true to continue "
+                "it, or choose another out (nothing was overwritten)"
+            )
+        return None
+    found, skipped = ckpt.latest_good_checkpoint(run_dir)
+    for problem in skipped:
+        log(f"resume: skipping a checkpoint: {problem}")
+    if found is None:
+        if skipped:
+            raise ConfigError(
+                f"no intact checkpoint in {run_dir} to resume from ({skipped[-1]}); start "
+                "again with resume=false in another out"
+            )
+        return None
+    saved = from_dict(
+        TrainConfig, ckpt.read_trainer_state(found)["config"], source=str(found / "trainer.json")
+    )
+    check_resume_compatible(saved, cfg, run_dir)
+    return found
 
 
 def _model_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -133,9 +201,14 @@ def train(cfg: TrainConfig, setup: TrainingSetup | None = None) -> TrainResult:
         cleanup(info)
 
 
+def _log(message: str) -> None:
+    print(f"tying train: {message}", file=sys.stderr, flush=True)
+
+
 def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> TrainResult:
     accum = cfg.grad_accum_steps(info.world_size)
-    run_dir, resume_from = _prepare_run_dir(cfg, info)
+    run_dir = Path(cfg.out)
+    resume_from = _resume_point(cfg, _log if info.is_main else lambda _: None)
 
     # ------------------------------------------------------------------ data + model
     torch.manual_seed(cfg.seed)
@@ -144,6 +217,9 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=True)
     setup = setup or build_setup(cfg, info)
+    if info.is_main:  # written only now: the data, tokenizer and model were built without error
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, run_dir / "config.yaml")
     model = setup.model.to(info.device)
     interface = unwrap(model).interface
     sampler = setup.sampler
@@ -155,10 +231,14 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
 
     start_step, tokens_seen, elapsed_before = 0, 0, 0.0
     if resume_from is not None:
+        lr_scales = optimizer.lr_scales()
         state = _load_states(unwrap(wrapped), optimizer, resume_from)
+        optimizer.set_lr_scales(lr_scales)  # this run's, like lr: a resume may change them
         start_step, tokens_seen = state["step"], state["tokens"]
         elapsed_before = state.get("elapsed_s", 0.0)
         sampler.load_state_dict(state["sampler"])
+        if info.is_main:
+            _log(f"resuming from step {start_step} ({resume_from})")
     # After loading: restoring optimizer state runs a zero-lr step, which must not retract Z.
     # A Riemannian optimizer retracts Z itself; AdamW needs the hook.
     if getattr(interface, "trainable_z", False) and cfg.pit_z_optimizer == "adamw":
@@ -174,6 +254,15 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
 
     def save(step: int) -> None:
         model_state = _model_state(unwrap(wrapped))
+        bad = ckpt.nonfinite_tensors(model_state)
+        if bad:  # never write a poisoned checkpoint that a resume would trust
+            last, _ = ckpt.latest_good_checkpoint(run_dir)
+            raise DivergenceError(
+                f"the weights became non-finite at step {step} ({bad[0]}); no checkpoint was "
+                "written. "
+                + (f"Last good checkpoint: {last}." if last else "No checkpoint was written yet.")
+                + " Lower lr or use precision=fp32, then resume=true."
+            )
         optim_state = _optimizer_state(unwrap(wrapped), optimizer)
         if info.is_main:
             trainer_state = {
@@ -249,7 +338,7 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
             step_loss = float(all_reduce_mean(loss_sum / accum, info))
             if not math.isfinite(step_loss):
                 optimizer.zero_grad(set_to_none=True)
-                last = ckpt.latest_checkpoint(run_dir)
+                last, _ = ckpt.latest_good_checkpoint(run_dir)
                 if logger is not None:
                     logger.log({"step": step, "event": "diverged", "loss": step_loss})
                 raise DivergenceError(

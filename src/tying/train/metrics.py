@@ -10,6 +10,27 @@ from typing import Any
 
 METRICS_FILE = "metrics.jsonl"
 
+#: Units of the metrics.jsonl keys (for axis labels and tables); keys not listed are unitless.
+METRIC_UNITS: dict[str, str] = {
+    "loss": "nats/token",
+    "val_loss": "nats/token",
+    "ce": "nats/token",
+    "kl": "nats/token",
+    "tokens": "tokens",
+    "tokens_per_s": "tokens/s",
+    "elapsed_s": "s",
+    "grad_out_share": "fraction",
+    "rows_touched_in": "rows",
+}
+
+
+def metric_label(key: str) -> str:
+    """`key` with its unit, e.g. "loss (nats/token)"; the bare key when it has none."""
+    unit = METRIC_UNITS.get(key)
+    if unit is None and key.endswith("_share"):
+        unit = "fraction"
+    return f"{key} ({unit})" if unit else key
+
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """All rows of a run's metrics.jsonl (a torn last line from a kill is skipped)."""

@@ -314,6 +314,16 @@ class Optimizers:
         """Every group of every optimizer (the dicts themselves: writable)."""
         return [g for opt in self.optimizers for g in opt.param_groups]
 
+    def lr_scales(self) -> dict[str, float]:
+        """{group name: lr_scale} of every named group."""
+        return {g["name"]: g.get("lr_scale", 1.0) for g in self.param_groups if "name" in g}
+
+    def set_lr_scales(self, scales: dict[str, float]) -> None:
+        """Set the lr_scale of the named groups (after loading a state saved with others)."""
+        for group in self.param_groups:
+            if group.get("name") in scales:
+                group["lr_scale"] = scales[group["name"]]
+
     def set_lr(self, lr: float) -> None:
         """Set each group's learning rate to lr × its lr_scale."""
         for group in self.param_groups:

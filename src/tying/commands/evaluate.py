@@ -1,0 +1,30 @@
+"""`tying evaluate SPEC [--adapter DIR] --tasks gsm8k,svamp,mbpp,humaneval --out DIR [--limit N]`:
+GSM8K, SVAMP, MBPP and HumanEval through lm-evaluation-harness; DIR/results.json."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from tying.config import add_config_arguments
+    from tying.evaluation.evaluate import EvaluateOptions
+
+    add_config_arguments(parser, EvaluateOptions)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tying.config import config_from_args
+    from tying.evaluation.evaluate import RESULTS_FILE, EvaluateOptions, evaluate_model
+
+    options = config_from_args(EvaluateOptions, args)
+    results = evaluate_model(options)
+    for task, entry in results["tasks"].items():
+        lo, hi = entry["ci95"]
+        loglik = entry["ref_loglik_per_token"]
+        print(
+            f"{task}: accuracy {entry['accuracy']:.3f} [{lo:.3f}, {hi:.3f}] (n = {entry['n']})"
+            + (f", reference log-likelihood {loglik:.4f} nats/token" if loglik is not None else "")
+        )
+    print(f"wrote {options.out}/{RESULTS_FILE}")
+    return 0

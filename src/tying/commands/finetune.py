@@ -1,0 +1,27 @@
+"""`tying finetune SPEC --task mbpp|gsm8k|FILE.jsonl --out DIR [--max-steps N]`: a LoRA update;
+DIR holds the adapter (peft's files and tying_adapter.json), metrics.jsonl and finetune.json."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from tying.config import add_config_arguments
+    from tying.update import FinetuneOptions
+
+    add_config_arguments(parser, FinetuneOptions)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tying.config import config_from_args
+    from tying.update import FinetuneOptions, finetune
+
+    result = finetune(config_from_args(FinetuneOptions, args))
+    per_step = result.seconds_per_step
+    print(
+        f"wrote the adapter to {result.out} ({result.steps} steps, final loss "
+        f"{result.final_loss:.4f} nats/token"
+        + (f", {per_step:.2f} s/step)" if per_step is not None else ")")
+    )
+    return 0

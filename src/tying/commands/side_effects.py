@@ -1,0 +1,23 @@
+"""`tying side-effects BASE UPDATED --out DIR [--adapter DIR] [--tasks ...]`: what an update
+changed besides its target (KL, loss, top-1 agreement, logit-lens profile, interface metrics,
+cross-task change); DIR/side_effects.json."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from tying.config import add_config_arguments
+    from tying.evaluation.side_effects import SideEffectsOptions
+
+    add_config_arguments(parser, SideEffectsOptions)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tying.config import config_from_args
+    from tying.evaluation.side_effects import SideEffectsOptions, run_side_effects
+
+    result = run_side_effects(config_from_args(SideEffectsOptions, args))
+    print(f"wrote {result.json_path}")
+    return 0

@@ -1,0 +1,88 @@
+"""`tying tokenize`: a corpus into token shards (the cache the trainer reads, or a folder)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tying.config import positional
+from tying.data.corpus import resolve_source
+from tying.data.shards import Manifest, build_shards, ensure_shards
+from tying.data.tokenizer import load_tokenizer
+
+
+@dataclass
+class TokenizeOptions:
+    """Options of `tying tokenize`.
+
+    Attributes:
+        source: files, folders, globs or one hf:NAME[:CONFIG][@SPLIT]; aliases gutenberg-train
+            (the default) and gutenberg-validation.
+        tokenizer: gpt2, smollm2, a tokenizer folder, tokenizer.json or .gguf.
+        out: write the shards to this folder (usable as `tying train data=FOLDER` and
+            `tying eval --data FOLDER`); null = the shard cache, reused while the source and
+            tokenizer are unchanged.
+        cache_root: shard cache folder (null = $TYING_CACHE_DIR/shards).
+        text_field: JSON field / column holding the text.
+        max_documents: stop after this many documents (null = all).
+        shard_tokens: tokens per shard file (null = the default size).
+        batch_docs: documents per encode batch.
+        overwrite: replace the shards already in `out`.
+        progress: show a progress bar.
+    """
+
+    source: list[str] = positional(default_factory=list)
+    tokenizer: str = "gpt2"
+    out: str | None = None
+    cache_root: str | None = None
+    text_field: str = "text"
+    max_documents: int | None = None
+    shard_tokens: int | None = None
+    batch_docs: int = 256
+    overwrite: bool = False
+    progress: bool = True
+
+
+def tokenize_corpus(options: TokenizeOptions) -> dict[str, Any]:
+    """Tokenize `options.source` into shards; returns the manifest summary.
+
+    Returns:
+        {"folder", "tokens", "documents", "shards", "dtype", "tokenizer", "vocab_size"}.
+
+    Raises:
+        FileExistsError: `out` already holds shards and `overwrite` is off.
+    """
+    sources = list(options.source) or [None]
+    source = resolve_source(sources[0]) if len(sources) == 1 else sources
+    tokenizer = load_tokenizer(options.tokenizer)
+    kwargs: dict[str, Any] = {
+        "text_field": options.text_field,
+        "max_documents": options.max_documents,
+        "batch_docs": options.batch_docs,
+        "progress": options.progress,
+    }
+    if options.shard_tokens is not None:
+        kwargs["shard_tokens"] = options.shard_tokens
+    if options.out is not None:
+        folder = Path(options.out)
+        if folder.exists() and any(folder.iterdir()) and not options.overwrite:
+            raise FileExistsError(
+                f"{folder} is not empty: choose another --out, or pass --overwrite to replace it"
+            )
+        build_shards(source, folder, tokenizer, **kwargs)
+    else:
+        folder = ensure_shards(source, options.cache_root, tokenizer, **kwargs)
+    manifest = Manifest.load(folder)
+    return {
+        "folder": str(folder),
+        "tokens": manifest.num_tokens,
+        "documents": manifest.num_documents,
+        "shards": len(manifest.shards),
+        "dtype": manifest.dtype,
+        "tokenizer": manifest.tokenizer["name"],
+        "vocab_size": manifest.vocab_size,
+    }
+
+
+__all__ = ["TokenizeOptions", "tokenize_corpus"]

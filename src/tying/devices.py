@@ -1,0 +1,74 @@
+"""Device and precision: one convention for every verb.
+
+- device "auto": CUDA when present, else the CPU;
+- precision "auto": bf16 autocast where the hardware multiplies bf16 natively (a CUDA GPU with
+  bf16, or a CPU with AVX512-BF16/AMX as oneDNN reports it), else fp32. Factorizations,
+  log-sum-exp, KL and losses always run in float32/float64 whatever the autocast dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Literal
+
+import torch
+
+Precision = Literal["auto", "bf16", "fp32"]
+PRECISIONS = ("auto", "bf16", "fp32")
+
+
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    """`torch.device` of a device name; "auto" (or None) = cuda if available, else cpu.
+
+    Raises:
+        ValueError: an unknown device name, or CUDA asked for where there is none.
+    """
+    if device is None or str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as e:
+        raise ValueError(f"unknown device {device!r} ({e}); use auto, cpu or cuda[:N]") from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but CUDA is not available; use cpu")
+    return resolved
+
+
+def cpu_has_fast_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (oneDNN's bf16 support: AVX512-BF16 or AMX)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def resolve_precision(precision: str, device: str | torch.device = "cpu") -> str:
+    """ "bf16" or "fp32" for a precision setting on `device` ("auto": see the module docstring).
+
+    Raises:
+        ValueError: a precision other than auto, bf16, fp32.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision != "auto":
+        return precision
+    device = torch.device(device)
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if device.type == "cpu" and cpu_has_fast_bf16() else "fp32"
+
+
+def autocast_for(
+    device: str | torch.device, precision: str
+) -> Callable[[], AbstractContextManager]:
+    """A factory of the precision context: bf16 autocast on `device`, or nothing for fp32.
+
+    Args:
+        device: where the model runs.
+        precision: "auto", "bf16" or "fp32" ("auto" resolved by `resolve_precision`).
+    """
+    device = torch.device(device)
+    if resolve_precision(precision, device) == "bf16":
+        return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+    return nullcontext

@@ -1,0 +1,162 @@
+"""The lm-eval model "tying": lm-eval's Hugging Face model, fed by the project's loaders, generating
+with `tying.evaluation.generate.greedy_generate`.
+
+`TyingLM` is `lm_eval.models.huggingface.HFLM` (batching, left padding, truncation,
+`loglikelihood`, `generate_until`, stop-sequence post-processing: all lm-eval's own), with:
+
+- construction from an instantiated model and tokenizer (`TyingLM(model, tokenizer)`), or
+  from `model_args` `spec=...,adapter=...,dtype=...` loaded by
+  `tying.evaluation.loading.load_for_evaluation` (runs, checkpoints, "smollm2", .gguf files,
+  transformers folders, peft adapters);
+- greedy generation through `greedy_generate` (same tokens as `generate(do_sample=False)`,
+  less work per token); any sampling option falls back to lm-eval's `generate` path;
+- `get_model_info` without Hub look-ups (works offline).
+
+Importing this module registers the model with lm-eval (`register_model("tying")`). lm-eval
+0.4 discovers neither models nor task folders by entry point, so the stock `lm_eval` command
+only knows "tying" once this module is imported; `python -m tying.evaluation.harness_cli` is
+lm-eval's own command line with it imported and our task folder included (see that module).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from lm_eval.api.registry import register_model
+from lm_eval.models.huggingface import HFLM
+
+from tying.evaluation.generate import eos_ids_of, greedy_generate
+from tying.evaluation.loading import EvalModel, apply_adapter, load_for_evaluation, parse_dtype
+
+#: The name of the model in lm-eval (`--model tying`).
+MODEL_NAME = "tying"
+
+log = logging.getLogger(__name__)
+
+#: Generation options that keep decoding greedy (anything else goes to `generate`).
+_GREEDY_KEYS = {"do_sample", "temperature", "attention_mask"}
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """The device to run on: `device`, or the CPU when a CUDA device is asked for (lm-eval's
+    default is "cuda:0") but none is available; None: CUDA if available, else the CPU."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        log.warning("device %s requested but CUDA is not available: running on the CPU", device)
+        return torch.device("cpu")
+    return resolved
+
+
+@register_model(MODEL_NAME)
+class TyingLM(HFLM):
+    """lm-eval's HFLM around a model of this project.
+
+    Args:
+        pretrained: an instantiated transformers causal LM (or a spec string, same as `spec`).
+        tokenizer: its transformers tokenizer (required with an instantiated model).
+        spec: what to load when `pretrained` is not given (see `load_for_evaluation`).
+        adapter: a peft adapter folder to apply on top.
+        dtype: weights dtype ("float32", "bfloat16", ...); None: float32 for `spec`, an
+            instantiated model's own.
+        device: where to run (default: an instantiated model stays where it is; a spec goes to
+            CUDA if available, else the CPU).
+        batch_size: requests per forward/generation batch (int, or lm-eval's "auto").
+        **kwargs: other HFLM options (max_length, max_batch_size, mixed_precision_dtype, ...).
+
+    Raises:
+        ValueError: neither a model nor a spec, a model without tokenizer, an adapter that
+            does not fit (see `tying.evaluation.loading`).
+    """
+
+    def __init__(
+        self,
+        pretrained: Any = None,
+        tokenizer: Any = None,
+        *,
+        spec: str | None = None,
+        adapter: str | None = None,
+        dtype: str | torch.dtype | None = None,
+        device: str | None = None,
+        batch_size: int | str = 1,
+        **kwargs: Any,
+    ) -> None:
+        if isinstance(pretrained, (str, Path)):
+            spec, pretrained = str(pretrained), None
+        if pretrained is None:
+            run_device = resolve_device(device)
+            if spec is None:
+                raise ValueError(
+                    "the tying model needs spec=... (a run, checkpoint, model folder, .gguf file "
+                    "or 'smollm2') or an instantiated model"
+                )
+            loaded = load_for_evaluation(
+                spec, adapter=adapter, dtype=dtype or torch.float32, device=run_device
+            )
+        else:
+            if tokenizer is None:
+                raise ValueError(
+                    "an instantiated model needs its tokenizer: pass tokenizer=... as well"
+                )
+            model = pretrained if adapter is None else apply_adapter(pretrained, adapter)
+            if device is not None:
+                model.to(resolve_device(device))
+            if dtype is not None:
+                model.to(parse_dtype(dtype))
+            model.eval()
+            name = getattr(getattr(model, "config", None), "_name_or_path", "") or "model"
+            loaded = EvalModel(
+                model=model, tokenizer=tokenizer, name=name, spec="", adapter=adapter
+            )
+        self.loaded = loaded
+        super().__init__(
+            pretrained=loaded.model,
+            tokenizer=loaded.tokenizer,
+            backend="causal",
+            batch_size=batch_size,
+            **kwargs,
+        )
+
+    # ------------------------------------------------------------------ generation
+    def _model_generate(
+        self, context: torch.Tensor, max_length: int, stop: list[str], **generation_kwargs: Any
+    ) -> torch.Tensor:
+        """Greedy continuation of left-padded `context` (B, T) up to `max_length` tokens in all,
+        stopping each row at EOS or at one of `stop`; (B, T + n) ids. Sampling options fall
+        back to lm-eval's `generate` path."""
+        sampling = bool(generation_kwargs.get("do_sample")) or (
+            float(generation_kwargs.get("temperature") or 0.0) > 0.0
+        )
+        if sampling or set(generation_kwargs) - _GREEDY_KEYS:
+            return super()._model_generate(context, max_length, stop, **generation_kwargs)
+        with torch.autocast(
+            device_type=self.device.type,
+            dtype=self.mixed_precision_dtype,
+            enabled=self.mixed_precision_dtype is not None,
+        ):
+            return greedy_generate(
+                self.model,
+                context,
+                generation_kwargs.get("attention_mask"),
+                max_new_tokens=max(0, max_length - context.shape[1]),
+                eos_token_id=eos_ids_of(self.model, self.tokenizer),
+                pad_token_id=self.tokenizer.pad_token_id,
+                stop_strings=stop,
+                tokenizer=self.tokenizer,
+            )
+
+    # ------------------------------------------------------------------ bookkeeping
+    def get_model_info(self) -> dict[str, Any]:
+        """Parameters, dtype, spec and adapter (no Hub look-up)."""
+        model = self._model
+        return {
+            "model_num_parameters": sum(p.numel() for p in model.parameters()),
+            "model_dtype": str(getattr(model, "dtype", "")),
+            "model_spec": self.loaded.spec,
+            "model_name": self.loaded.name,
+            "adapter": self.loaded.adapter,
+        }

@@ -1,1 +1,0 @@
-"""Experiments that reproduce or test the papers' claims (each returns JSON-able results)."""

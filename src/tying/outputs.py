@@ -1,0 +1,55 @@
+"""Output folders written whole or not at all.
+
+    with output_folder(out, overwrite=options.overwrite) as tmp:
+        write everything into tmp
+    # only now does `out` exist (renamed from tmp); a failure leaves `out` as it was
+
+A non-empty `out` is refused unless `overwrite` (then it is replaced, not mixed into).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def check_output_folder(path: str | Path, overwrite: bool = False) -> Path:
+    """`path` as a Path; FileExistsError when it is a non-empty folder (or a file) and not
+    `overwrite`."""
+    out = Path(path).expanduser()
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out} is a file, not a folder: choose another --out")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise FileExistsError(
+            f"{out} is not empty: choose another --out, or pass --overwrite to replace it"
+        )
+    return out
+
+
+@contextmanager
+def output_folder(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
+    """A temporary sibling folder to write into; renamed to `path` when the block succeeds.
+
+    Raises:
+        FileExistsError: `path` is not empty and `overwrite` is off (checked before the block).
+    """
+    out = check_output_folder(path, overwrite)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    try:
+        yield tmp
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
+            os.rename(out, old)
+            os.rename(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

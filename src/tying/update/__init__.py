@@ -1,0 +1,12 @@
+"""Post-training updates: LoRA fine-tuning of any model the project loads (`tying finetune`).
+
+Modules: `data` (training examples of MBPP, GSM8K or a JSONL file; tokenization with the prompt
+masked; a seeded, resumable order), `lora` (peft's LoRA on the model, the token interface frozen
+or, with train_interface, trained off its manifold tensors), `finetune` (`FinetuneOptions`,
+`finetune`: the loop, checkpoints, resume, the adapter folder). Adapter files and the record of
+the base model live in `tying.adapters`; docs/updates.md describes all of it.
+"""
+
+from tying.update.finetune import FinetuneOptions, FinetuneResult, finetune
+
+__all__ = ["FinetuneOptions", "FinetuneResult", "finetune"]

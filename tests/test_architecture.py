@@ -1,0 +1,122 @@
+"""The package layering of docs/architecture.md, enforced on every import statement.
+
+Each package of `tying` sits on a layer and may import only from its own package and from
+lower layers; this is checked on every `import` / `from ... import` in the source, including
+imports inside functions (an upward import hidden in a function is still a cycle).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "tying"
+
+#: package -> layer (docs/architecture.md). Lower layers never import higher ones.
+LAYERS: dict[str, int] = {
+    "_compat": 0,
+    "config": 0,
+    "paths": 0,
+    "threads": 0,
+    "devices": 0,
+    "outputs": 0,
+    "info": 1,
+    "interface": 1,
+    "analysis": 2,
+    "data": 2,
+    "decoder": 2,
+    "hf": 3,
+    "train": 4,
+    "loader": 5,
+    "adapters": 5,
+    "lens": 6,
+    "probe": 6,
+    "teacher": 6,
+    "report": 5,
+    "evaluation": 7,
+    "update": 8,
+    "experiment": 9,
+    "commands": 10,
+    "cli": 10,
+    "__main__": 11,
+}
+
+
+def _package(module: str) -> str:
+    """ "train" for tying.train.loop, "tying" for tying itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "tying"
+
+
+def _imports() -> list[tuple[str, str, int]]:
+    """(importing module, imported tying module, line) for every import in src/tying."""
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        module = ".".join(path.relative_to(SRC.parent).with_suffix("").parts)
+        module = module.removesuffix(".__init__")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            found += [(module, n, node.lineno) for n in names if n.startswith("tying.")]
+    return found
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {_package(m) for m, _, _ in _imports()} | {_package(t) for _, t, _ in _imports()}
+    assert packages - {"tying"} <= set(LAYERS), sorted(packages - {"tying"} - set(LAYERS))
+
+
+def test_no_package_imports_a_higher_layer() -> None:
+    upward = [
+        f"{module}:{line} imports {target}"
+        for module, target, line in _imports()
+        if _package(module) != "tying"
+        and _package(module) != _package(target)
+        and LAYERS[_package(target)] >= LAYERS[_package(module)]
+    ]
+    assert upward == []
+
+
+@pytest.mark.parametrize(
+    ("package", "forbidden"),
+    [("analysis", "train"), ("hf", "train"), ("hf", "loader"), ("interface", "decoder")],
+)
+def test_named_rules(package: str, forbidden: str) -> None:
+    """The rules docs/architecture.md states by name (also implied by the layers)."""
+    assert not [
+        (m, t) for m, t, _ in _imports() if _package(m) == package and _package(t) == forbidden
+    ]
+
+
+def test_commands_only_parse_and_call() -> None:
+    """A verb module defines `add_arguments` and `run`, nothing else: its work lives in a
+    package function that takes an options dataclass."""
+    for path in sorted((SRC / "commands").glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        tree = ast.parse(path.read_text())
+        defined = {
+            node.name
+            for node in tree.body
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        }
+        assert defined == {"add_arguments", "run"}, (path.name, sorted(defined))
+
+
+def test_top_level_help_imports_no_torch() -> None:
+    code = (
+        "import sys, contextlib, io\n"
+        "import tying.cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    tying.cli.main(['--help'])\n"
+        "assert 'torch' not in sys.modules, 'tying --help imported torch'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -1,0 +1,57 @@
+"""Names that moved in tying 0.2 stay importable from their old place, with a warning."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+MOVED = [
+    ("tying.models", "load_any", "tying.loader"),
+    ("tying.model", "Decoder", "tying.decoder"),
+    ("tying.model", "TyingForCausalLM", "tying.hf.decoder_lm"),
+    ("tying.model.decoder", "Decoder", "tying.decoder.decoder"),
+    ("tying.model.hf", "TyingConfig", "tying.hf.decoder_lm"),
+    ("tying.model.presets", "preset_config", "tying.decoder.presets"),
+    ("tying.experiments.teacher_init", "conversion_table", "tying.teacher.step0"),
+    ("tying.interface.factory", "build_interface", "tying.interface.registry"),
+]
+
+
+def test_old_module_paths_warn_and_give_the_same_object() -> None:
+    # In a fresh interpreter, so that the first import of each old path (the one that warns)
+    # happens here; one interpreter for all of them (torch is imported once).
+    code = (
+        "import warnings, importlib, sys\n"
+        f"MOVED = {MOVED!r}\n"
+        "for old, name, new in MOVED:\n"
+        "    target = getattr(importlib.import_module(new), name)\n"
+        "    seen = old in sys.modules\n"
+        "    with warnings.catch_warnings(record=True) as caught:\n"
+        "        warnings.simplefilter('always', DeprecationWarning)\n"
+        "        got = getattr(importlib.import_module(old), name)\n"
+        "    messages = [str(w.message) for w in caught if w.category is DeprecationWarning]\n"
+        "    assert seen or any('moved to tying.' in m for m in messages), (old, messages)\n"
+        "    assert got is target, (old, name)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+@pytest.mark.parametrize("module", ["tying.hf", "tying.hf.export"])
+def test_load_for_export_moved_to_the_loader(module: str) -> None:
+    from tying.loader import load_for_export
+
+    with pytest.warns(DeprecationWarning, match="tying.loader.load_for_export"):
+        old = importlib.import_module(module).load_for_export
+    assert old is load_for_export
+
+
+def test_renamed_config_key_warns() -> None:
+    from tying.config import from_dict
+    from tying.train.config import TrainConfig
+
+    with pytest.warns(DeprecationWarning, match="'out_dir' is now called 'out'"):
+        cfg = from_dict(TrainConfig, {"out_dir": "runs/x"})
+    assert cfg.out == "runs/x"
