@@ -402,3 +402,28 @@ def test_resume_restores_groups_and_repeats_the_run_exactly(
     a = load_file(ckpt.latest_checkpoint(ref_dir) / "model.safetensors")
     b = load_file(ckpt.latest_checkpoint(cut_dir) / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_resume_refuses_another_optimizer_or_t_scale_but_not_another_lr_scale(tmp_path) -> None:
+    from tying.train.loop import check_resume_compatible
+
+    saved = load_config(TrainConfig, None, ["tie=pit", "pit_z_lr_scale=0.5"])
+    for change, key in (
+        ("pit_z_optimizer=riemannian_adam", "pit_z_optimizer"),
+        ("pit_t_optimizer=riemannian_adam", "pit_t_optimizer"),
+        ("pit_t_scale=auto", "pit_t_scale"),
+    ):
+        new = load_config(TrainConfig, None, ["tie=pit", "pit_z_lr_scale=0.5", change])
+        with pytest.raises(ConfigError, match=key):
+            check_resume_compatible(saved, new, tmp_path)
+    check_resume_compatible(saved, load_config(TrainConfig, None, ["tie=pit"]), tmp_path)
+
+
+def test_set_lr_scales_replaces_the_loaded_scales() -> None:
+    model = _tiny("pit", pit_trainable_z=True)
+    opt = build_optimizers(model, lr=1.0, weight_decay=0.1, betas=(0.9, 0.95), z_lr_scale=0.5)
+    assert opt.lr_scales() == {"decay": 1.0, "no_decay": 1.0, "pit_z": 0.5, "pit_l": 1.0}
+    opt.set_lr_scales({"pit_z": 2.0})
+    opt.set_lr(1e-3)
+    lrs = {g["name"]: g["lr"] for g in opt.param_groups}
+    assert lrs["pit_z"] == pytest.approx(2e-3) and lrs["decay"] == pytest.approx(1e-3)
