@@ -244,3 +244,38 @@ def test_loss_and_gradients_match_a_naive_inverse_formula() -> None:
     torch.testing.assert_close(loss, naive)
     torch.testing.assert_close(pit.l_param.grad, l_param.grad, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(pit.z.grad, Z.grad, rtol=1e-9, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- T's initial scale
+
+
+def test_scratch_t_scale_divides_e_and_multiplies_w_out() -> None:
+    g = torch.Generator().manual_seed(4)
+    base = PseudoInverseTying.scratch(300, 16, generator=g, dtype=torch.float64)
+    g = torch.Generator().manual_seed(4)
+    c = 0.25
+    pit = PseudoInverseTying.scratch(300, 16, generator=g, dtype=torch.float64, t_scale=c)
+    assert torch.equal(pit.z, base.z)
+    torch.testing.assert_close(pit.transform(), c * torch.eye(16, dtype=torch.float64))
+    torch.testing.assert_close(pit.embedding_matrix(), base.z / c)
+    torch.testing.assert_close(pit.unembedding_matrix(), base.z * c)
+    W_out, E = pit.unembedding_matrix().T, pit.embedding_matrix()
+    torch.testing.assert_close(W_out @ E, torch.eye(16, dtype=torch.float64))
+
+
+def test_scratch_t_scale_auto_matches_a_gaussian_heads_row_norm() -> None:
+    """ "auto" (c = init_std·√V) gives W_out's rows the mean norm of N(0, init_std²) rows."""
+    from tying.interface.pit import scratch_t_scale
+
+    V, d, std = 4096, 64, 0.02
+    assert scratch_t_scale("auto", V, std) == pytest.approx(std * V**0.5)
+    assert scratch_t_scale(3.0, V, std) == 3.0
+    gen = torch.Generator().manual_seed(0)
+    pit = PseudoInverseTying.scratch(V, d, generator=gen, init_std=std, t_scale="auto")
+    gaussian = torch.randn(V, d, generator=gen) * std
+    pit_rows = pit.unembedding_matrix().norm(dim=1).mean().item()
+    assert pit_rows == pytest.approx(gaussian.norm(dim=1).mean().item(), rel=0.01)
+    with pytest.raises(ValueError, match="t_scale must be a positive"):
+        PseudoInverseTying.scratch(50, 4, t_scale=-1.0)
+    with pytest.raises(ValueError, match="t_scale must be a positive"):
+        scratch_t_scale("match", V, std)

@@ -29,9 +29,10 @@ from them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -64,6 +65,29 @@ INPUT_SCALE_MODES = ("auto", "none")
 DIAG_ACTIVATIONS = ("exp", "softplus")
 #: Exponent p of T = H^p / c for each closed-form t_init (H = polar factor of the teacher).
 T_INIT_POWER = {"identity": 0, "output": 1, "input": -1}
+
+
+def scratch_t_scale(t_scale: float | Literal["auto"], vocab_size: int, init_std: float) -> float:
+    """The c of a scratch T = c·I: `t_scale` itself, or for "auto" c = init_std·√V.
+
+    With T = c·I, W_out = c·Zᵀ; a Haar-random Z (orthonormal columns) has rows of mean
+    squared norm exactly d/V, so W_out's columns (the output rows u_v) have norm about
+    c·√(d/V), and so has a logit u_v·h of a final-normed h (‖h‖ ≈ √d, its direction
+    independent of u_v) as its standard deviation. An N(0, init_std²) head (untied/TT) has
+    rows of norm ≈ init_std·√d and logits of that standard deviation: c = init_std·√V starts
+    PIT's output rows and logits at TT's scale (4.48 at V = 50,257, init_std = 0.02).
+    E = Z/c is then c times smaller than Z; what reaches the blocks is normalised first
+    (pre-norm), so it is the output side whose scale the loss sees at step 0.
+
+    Args:
+        t_scale: a positive number, or "auto".
+        vocab_size: V.
+        init_std: standard deviation of a standard Gaussian init of V×d matrices.
+    """
+    c = init_std * math.sqrt(vocab_size) if t_scale == "auto" else t_scale
+    if isinstance(c, bool) or not isinstance(c, (int, float)) or not (math.isfinite(c) and c > 0):
+        raise ValueError(f"t_scale must be a positive number or 'auto', got {t_scale!r}")
+    return float(c)
 
 
 def _activation_inverse(values: Tensor, activation: str) -> Tensor:
@@ -196,6 +220,7 @@ class PseudoInverseTying(TokenInterface):
         generator: torch.Generator | None = None,
         init_std: float = 0.02,
         dtype: torch.dtype = torch.float32,
+        t_scale: float | Literal["auto"] = 1.0,
         trainable_z: bool = False,
         diag_activation: str = "exp",
         diag_clamp: tuple[float, float] | None = None,
@@ -203,14 +228,17 @@ class PseudoInverseTying(TokenInterface):
         loss_chunk_size: int | None = None,
         retraction_eps: float = 0.0,
     ) -> PseudoInverseTying:
-        """Z from the thin QR of a Gaussian (signs fixed: deterministic), L = I (T = I, E = Z).
+        """Z from the thin QR of a Gaussian (signs fixed: deterministic), T = t_scale·I.
 
-        `init_std` is unused (Z is orthonormal, T = I); the other keywords are the constructor's.
+        `t_scale` = c sets T = c·I (L = √c·I): E = Z/c and W_out = c·Zᵀ, W_out E = I still;
+        1 (the default) is the PIT paper's T = I, "auto" is `scratch_t_scale`'s
+        c = init_std·√V (the only use of `init_std`). The other keywords are the constructor's.
         """
+        c = scratch_t_scale(t_scale, vocab_size, init_std)
         Z = orthonormal_from_gaussian(vocab_size, d_model, generator).to(dtype)
         return cls(
             Z,
-            torch.eye(d_model, dtype=dtype),
+            torch.eye(d_model, dtype=dtype) * math.sqrt(c),
             trainable_z=trainable_z,
             diag_activation=diag_activation,
             diag_clamp=diag_clamp,

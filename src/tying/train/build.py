@@ -18,7 +18,7 @@ from tying.data.shards import TokenStore, ensure_shards, open_shards
 from tying.data.tokenizer import TextTokenizer, load_tokenizer
 from tying.decoder import Decoder, ModelConfig, preset_config
 from tying.hf import HFCausalLM, convert, load
-from tying.interface import interface_class
+from tying.interface import build_interface, interface_class
 from tying.paths import cache_dir
 from tying.train.config import TrainConfig
 from tying.train.distributed import DistInfo, barrier
@@ -90,7 +90,21 @@ def build_model(
         max_seq_len=max(cfg.seq_len, 1024),
         **{k: v for k, v in fields.items() if k in model_fields},
     )
-    return Decoder(model_cfg, generator=torch.Generator().manual_seed(cfg.seed))
+    generator = torch.Generator().manual_seed(cfg.seed)
+    interface = None
+    if cfg.pit_t_scale != 1.0:  # PIT's scratch T = c·I (TrainConfig allows it only there)
+        # Drawn first from the same generator, as Decoder draws its own interface: the
+        # blocks get the same initial weights as with T = I.
+        interface = build_interface(
+            model_cfg.tie,
+            model_cfg.vocab_size,
+            model_cfg.d_model,
+            generator=generator,
+            init_std=model_cfg.init_std,
+            t_scale=cfg.pit_t_scale,
+            **model_cfg.interface_options(),
+        )
+    return Decoder(model_cfg, interface=interface, generator=generator)
 
 
 def check_vocabulary(tokenizer_vocab: int, model_vocab: int, tokenizer_name: str) -> None:

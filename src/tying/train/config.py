@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -10,6 +12,17 @@ from tying.hf.calibrate import FitOptions
 from tying.interface import check_tie, interface_class
 from tying.interface.registry import check_interface_options
 from tying.train.distill import DistillConfig
+
+#: How a trained PIT memory Z is optimised (tying.train.optim).
+ZOptimizer = Literal["adamw", "riemannian_adam"]
+#: How PIT's T = L Lᵀ is optimised (tying.train.optim).
+TOptimizer = Literal["adamw", "riemannian_adam"]
+Z_OPTIMIZERS: tuple[str, ...] = typing.get_args(ZOptimizer)
+T_OPTIMIZERS: tuple[str, ...] = typing.get_args(TOptimizer)
+#: Rule value of pit_z_lr_scale (tying.train.optim.z_lr_scale).
+ENTRY_SIZE = "entry_size"
+#: Rule value of pit_t_scale (tying.interface.pit.scratch_t_scale): c = init_std·√V.
+T_SCALE_AUTO = "auto"
 
 
 @dataclass
@@ -36,6 +49,18 @@ class TrainConfig:
         pit_trainable_z: PIT: train the memory Z (with a Stiefel retraction after each step);
             null = trained from scratch, frozen in teacher mode.
         pit_diag_activation: PIT: exp or softplus, the map from parameters to L's diagonal.
+        pit_t_scale: scratch-mode PIT: the initial T = c·I, so E = Z/c and W_out = c·Zᵀ
+            (unitless c > 0), or auto: c = init_std·√V (4.48 at V = 50,257), which starts
+            W_out's rows and the logits at an N(0, init_std²) head's scale; 1 = the paper's T = I.
+        pit_z_optimizer: PIT with a trained Z: adamw (Z is an AdamW group, then the polar
+            retraction) or riemannian_adam (geoopt's RiemannianAdam on the Stiefel manifold).
+        pit_z_lr_scale: PIT: Z's learning rate as a multiple of lr (unitless), or entry_size:
+            Z's relative step made a standard matrix's ((1/√V)/init_std for adamw, √d/init_std
+            for riemannian_adam; see tying.train.optim.z_lr_scale).
+        pit_t_optimizer: PIT: adamw (AdamW on L's stored parameter, the paper's) or
+            riemannian_adam (Riemannian Adam on T over the SPD manifold, affine-invariant:
+            the learning rate is then the step of log T per step).
+        pit_l_lr_scale: PIT: T's learning rate as a multiple of lr (unitless, > 0).
         input_grad_scale: TT: multiplier of the input-side gradient of E (unitless).
         norm: scratch mode: rms (RMSNorm) or layer (LayerNorm).
         data: training text (a file, folder, glob or hf:NAME); null = the Gutenberg train books.
@@ -83,6 +108,11 @@ class TrainConfig:
     step0_tokens: int = 2048
     pit_trainable_z: bool | None = None
     pit_diag_activation: Literal["exp", "softplus"] = "exp"
+    pit_t_scale: float | Literal["auto"] = 1.0
+    pit_z_optimizer: ZOptimizer = "adamw"
+    pit_z_lr_scale: float | Literal["entry_size"] = 1.0
+    pit_t_optimizer: TOptimizer = "adamw"
+    pit_l_lr_scale: float = 1.0
     input_grad_scale: float = 1.0
     norm: Literal["rms", "layer"] = "rms"
 
@@ -137,6 +167,31 @@ class TrainConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.min_lr_ratio <= 1:
             raise ConfigError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        self._check_pit_optimisation()
+
+    def _check_pit_optimisation(self) -> None:
+        """Validate the pit_t_scale / pit_z_* / pit_l_* keys (choices are checked on parsing)."""
+        for name, rule in (("pit_t_scale", T_SCALE_AUTO), ("pit_z_lr_scale", ENTRY_SIZE)):
+            value = getattr(self, name)
+            if value != rule and not (
+                isinstance(value, int | float) and math.isfinite(value) and value > 0
+            ):
+                raise ConfigError(f"{name} must be a positive number or {rule!r}, got {value!r}")
+        if not (math.isfinite(self.pit_l_lr_scale) and self.pit_l_lr_scale > 0):
+            raise ConfigError(
+                f"pit_l_lr_scale must be a positive number, got {self.pit_l_lr_scale!r}"
+            )
+        if self.pit_t_scale != 1.0 and (self.tie != "pit" or self.model is not None):
+            raise ConfigError(
+                f"pit_t_scale applies to scratch-mode PIT only (tie=pit, no model), got "
+                f"tie={self.tie!r}, model={self.model!r}: leave it at 1"
+            )
+        for key in ("pit_z_optimizer", "pit_t_optimizer"):
+            if self.tie == "pit" and getattr(self, key) != "adamw" and self.distributed == "fsdp":
+                raise ConfigError(
+                    f"{key}='riemannian_adam' is not supported with distributed=fsdp "
+                    f"(the interface is sharded as DTensors); use distributed=ddp or {key}=adamw"
+                )
 
     @property
     def trainable_z(self) -> bool:

@@ -4,7 +4,8 @@ setup      -> process group, run folder, config.yaml, resume point
 data       -> tokenizer, token shards (cached), window sampler, validation store
 model      -> decoder preset (scratch) or converted Hugging Face model (teacher),
               wrapped with a frozen teacher when the run distills (`distill` section)
-optimizer  -> AdamW (+ PIT retraction hook), warm-up + cosine learning rate
+optimizer  -> AdamW (+ PIT retraction hook, or a Stiefel RiemannianAdam for Z: train.optim),
+              warm-up + cosine learning rate times each group's lr_scale
 loop       -> micro-batches (gradient accumulation), clipping, step, metrics,
               validation, checkpoints; a non-finite loss stops the run before
               the weights are touched, keeping the last good checkpoint
@@ -46,6 +47,7 @@ from tying.train.distributed import (
 )
 from tying.train.evaluate import evaluate
 from tying.train.metrics import MetricsLogger
+from tying.train.optim import Optimizers, optimizers_for_run
 from tying.train.schedule import learning_rate
 
 
@@ -84,27 +86,6 @@ def autocast_context(cfg: TrainConfig, device: torch.device) -> AbstractContextM
     return autocast_for(device, cfg.precision)()
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """AdamW groups: decay matrices of the blocks and plain V×d interface matrices.
-
-    No decay on norms/gains (1-D), nor on PIT's memory Z and Cholesky factor
-    (decay would pull Z off the Stiefel manifold and T towards 0).
-    """
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        leaf = name.rsplit(".", 1)[-1]
-        if p.dim() >= 2 and leaf not in ("z", "l_param"):
-            decay.append(p)
-        else:
-            no_decay.append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-
-
 #: TrainConfig keys that fix the model and its interface: a resumed run must keep them.
 MODEL_KEYS = (
     "preset",
@@ -117,7 +98,11 @@ MODEL_KEYS = (
     "input_grad_scale",
     "norm",
     "tokenizer",
+    "pit_t_scale",
 )
+#: TrainConfig keys that choose the optimizers whose state a checkpoint holds: a resumed run
+#: must keep them too (the learning-rate keys, lr and the pit_*_lr_scale, may change).
+OPTIMIZER_KEYS = ("pit_z_optimizer", "pit_t_optimizer")
 
 
 def _model_settings(cfg: TrainConfig) -> dict[str, Any]:
@@ -126,9 +111,12 @@ def _model_settings(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def check_resume_compatible(saved: TrainConfig, cfg: TrainConfig, where: Path) -> None:
-    """Raise ConfigError naming the first model/interface setting `cfg` changes from `saved`."""
+    """Raise ConfigError naming the first model/interface or optimizer setting `cfg` changes
+    from `saved` (MODEL_KEYS, OPTIMIZER_KEYS)."""
     old, new = _model_settings(saved), _model_settings(cfg)
-    for key in MODEL_KEYS:
+    old |= {key: getattr(saved, key) for key in OPTIMIZER_KEYS}
+    new |= {key: getattr(cfg, key) for key in OPTIMIZER_KEYS}
+    for key in (*MODEL_KEYS, *OPTIMIZER_KEYS):
         if old[key] != new[key]:
             raise ConfigError(
                 f"cannot resume {where}: it was trained with {key}={old[key]!r}, this run asks "
@@ -184,18 +172,21 @@ def _model_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return strip_student_prefix(state) if _distilling(model) else state
 
 
-def _optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def _optimizer_state(model: nn.Module, optimizer: Optimizers) -> dict[str, Any]:
+    """Full state and parameter groups (lr_scale included) of every optimizer of the run."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
     state = get_optimizer_state_dict(
-        model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        model,
+        optimizer.optimizers,
+        options=StateDictOptions(full_state_dict=True, cpu_offload=True),
     )
     if _distilling(model):
         state = rename_optimizer_state(state, lambda n: n.removeprefix("student."))
     return state
 
 
-def _load_states(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> dict[str, Any]:
+def _load_states(model: nn.Module, optimizer: Optimizers, path: Path) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
         set_model_state_dict,
@@ -207,8 +198,11 @@ def _load_states(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path)
         model_state = add_student_prefix(model_state)
         optim_state = rename_optimizer_state(optim_state, lambda n: "student." + n)
     options = StateDictOptions(full_state_dict=True)
+    # Optimizer first: initialising its state runs a zero-lr step, which a Riemannian
+    # optimizer ends with a retraction (a rounding-level change of Z); the model's
+    # weights are loaded after it, so they are exactly the saved ones.
+    set_optimizer_state_dict(model, optimizer.optimizers, optim_state, options=options)
     set_model_state_dict(model, model_state, options=options)
-    set_optimizer_state_dict(model, optimizer, optim_state, options=options)
     ckpt.restore_rng(path)
     return trainer_state
 
@@ -291,25 +285,24 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
 
     # ------------------------------------------------------------------ optimizer
     wrapped = wrap_model(objective, info, cfg.distributed)
-    optimizer = torch.optim.AdamW(
-        param_groups(unwrap(wrapped), cfg.weight_decay),
-        lr=cfg.lr,
-        betas=(cfg.beta1, cfg.beta2),
-        fused=False,
-    )
+    # the student's parameters only (a distilling objective also holds the frozen teacher)
+    optimizer = optimizers_for_run(model, cfg)
     step_model = torch.compile(wrapped) if cfg.compile else wrapped
 
     start_step, tokens_seen, elapsed_before = 0, 0, 0.0
     if resume_from is not None:
+        lr_scales = optimizer.lr_scales()
         state = _load_states(unwrap(wrapped), optimizer, resume_from)
+        optimizer.set_lr_scales(lr_scales)  # this run's, like lr: a resume may change them
         start_step, tokens_seen = state["step"], state["tokens"]
         elapsed_before = state.get("elapsed_s", 0.0)
         sampler.load_state_dict(state["sampler"])
         if info.is_main:
             _log(f"resuming from step {start_step} ({resume_from})")
     # After loading: restoring optimizer state runs a zero-lr step, which must not retract Z.
-    if getattr(interface, "trainable_z", False):
-        interface.attach_retraction(optimizer)
+    # A Riemannian optimizer retracts Z itself; AdamW needs the hook.
+    if getattr(interface, "trainable_z", False) and cfg.pit_z_optimizer == "adamw":
+        interface.attach_retraction(optimizer.optimizer_of(interface.z))
     logger = (
         MetricsLogger(
             run_dir, resume_step=start_step if resume_from else None, tensorboard=cfg.tensorboard
@@ -389,8 +382,7 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
                 max_steps=cfg.max_steps,
                 min_lr_ratio=cfg.min_lr_ratio,
             )
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+            optimizer.set_lr(lr)
             if tracker is not None:
                 tracker.start_step()
             loss_sum = torch.zeros((), device=info.device)
