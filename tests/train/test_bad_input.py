@@ -89,6 +89,16 @@ def test_nonfinite_checkpoint_is_named_and_skipped_on_resume(
     assert ckpt.checkpoint_problem(ckpt.list_checkpoints(finished_run)[-1]) is None
 
 
+def test_resume_without_an_intact_checkpoint_is_refused(small_corpus, finished_run, capsys):
+    for checkpoint in ckpt.list_checkpoints(finished_run):
+        _poison(checkpoint, float("inf"))
+    metrics_before = (finished_run / "metrics.jsonl").read_text()
+    capsys.readouterr()
+    assert main(_train_args(small_corpus, finished_run, max_steps=6, resume=True)) == 2
+    _one_error_line(capsys, f"no intact checkpoint in {finished_run}", "another out")
+    assert (finished_run / "metrics.jsonl").read_text() == metrics_before
+
+
 def test_truncated_weights_name_the_file(small_corpus, finished_run, capsys) -> None:
     last = ckpt.list_checkpoints(finished_run)[-1]
     weights = last / "model.safetensors"

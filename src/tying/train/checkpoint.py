@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,27 @@ def latest_good_checkpoint(run_dir: str | Path) -> tuple[Path | None, list[str]]
             return folder, skipped
         skipped.append(problem)
     return None, skipped
+
+
+def checkpoint_to_resume(
+    run_dir: str | Path, log: Callable[[str], None], restart_hint: str
+) -> Path | None:
+    """The newest good checkpoint of `run_dir` (None: it has none), each newer damaged one
+    skipped with a `log` line.
+
+    Raises:
+        ConfigError: there are checkpoints but none is good (`restart_hint` says what to do).
+    """
+    from tying.config import ConfigError
+
+    found, skipped = latest_good_checkpoint(run_dir)
+    for problem in skipped:
+        log(f"resume: skipping a checkpoint: {problem}")
+    if found is None and skipped:
+        raise ConfigError(
+            f"no intact checkpoint in {run_dir} to resume from ({skipped[-1]}); {restart_hint}"
+        )
+    return found
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:

@@ -138,15 +138,8 @@ def _resume_point(cfg: TrainConfig, log: Any) -> Path | None:
                 "it, or choose another out (nothing was overwritten)"
             )
         return None
-    found, skipped = ckpt.latest_good_checkpoint(run_dir)
-    for problem in skipped:
-        log(f"resume: skipping a checkpoint: {problem}")
+    found = ckpt.checkpoint_to_resume(run_dir, log, "start again with resume=false in another out")
     if found is None:
-        if skipped:
-            raise ConfigError(
-                f"no intact checkpoint in {run_dir} to resume from ({skipped[-1]}); start "
-                "again with resume=false in another out"
-            )
         return None
     saved = from_dict(
         TrainConfig, ckpt.read_trainer_state(found)["config"], source=str(found / "trainer.json")

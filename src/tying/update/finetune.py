@@ -220,15 +220,8 @@ def _resume_point(options: FinetuneOptions, out: Path) -> Path | None:
                 "another --out (nothing was overwritten)"
             )
         return None
-    found, skipped = ckpt.latest_good_checkpoint(out)
-    for problem in skipped:
-        _log(f"resume: skipping a checkpoint: {problem}")
+    found = ckpt.checkpoint_to_resume(out, _log, "start again in another --out")
     if found is None:
-        if skipped:
-            raise ConfigError(
-                f"no intact checkpoint in {out} to resume from ({skipped[-1]}); start again "
-                "in another --out"
-            )
         return None
     saved = from_dict(
         FinetuneOptions,
