@@ -7,9 +7,9 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tying.config import ConfigError, renamed, tie_field
+from tying.config import ConfigError, from_dict, renamed, tie_field
 from tying.hf.calibrate import FitOptions
-from tying.interface import check_tie, interface_class
+from tying.interface import check_tie, interface_class, ties
 from tying.interface.registry import check_interface_options
 from tying.train.distill import DistillConfig
 
@@ -221,3 +221,21 @@ class TrainConfig:
                 f"{world_size} = {per_pass}; change one of them"
             )
         return self.global_batch_tokens // per_pass
+
+
+def saved_train_config(data: dict[str, Any], source: str) -> TrainConfig:
+    """The `TrainConfig` of a saved run (config.yaml, trainer.json).
+
+    Options of other interfaces than the run's own are dropped first: earlier versions kept
+    them (e.g. `t_init: output` in a TT run, where it had no effect), and the run must still
+    load. Everything else is validated as in `from_dict`.
+    """
+    data = dict(data)
+    tie = str(data.get("tie", TrainConfig.tie))
+    if tie in ties():
+        own = set(interface_class(tie).config_options)
+        for other in ties():
+            for key in interface_class(other).config_options:
+                if key not in own:
+                    data.pop(key, None)
+    return from_dict(TrainConfig, data, source=source)

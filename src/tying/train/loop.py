@@ -25,11 +25,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from tying.config import ConfigError, from_dict, save_config, to_dict
+from tying.config import ConfigError, save_config, to_dict
 from tying.devices import autocast_for, resolve_precision
 from tying.train import checkpoint as ckpt
 from tying.train.build import TrainingSetup, build_setup
-from tying.train.config import TrainConfig
+from tying.train.config import TrainConfig, saved_train_config
 from tying.train.distill import (
     DistillationObjective,
     add_student_prefix,
@@ -141,8 +141,8 @@ def _resume_point(cfg: TrainConfig, log: Any) -> Path | None:
     found = ckpt.checkpoint_to_resume(run_dir, log, "start again with resume=false in another out")
     if found is None:
         return None
-    saved = from_dict(
-        TrainConfig, ckpt.read_trainer_state(found)["config"], source=str(found / "trainer.json")
+    saved = saved_train_config(
+        ckpt.read_trainer_state(found)["config"], source=str(found / "trainer.json")
     )
     check_resume_compatible(saved, cfg, run_dir)
     return found

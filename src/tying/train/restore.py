@@ -7,11 +7,10 @@ from typing import Any
 
 from torch import nn
 
-from tying.config import from_dict
 from tying.data.tokenizer import load_tokenizer
 from tying.train import checkpoint as ckpt
 from tying.train.build import build_model
-from tying.train.config import TrainConfig
+from tying.train.config import TrainConfig, saved_train_config
 
 
 def load_trained(path: str | Path) -> tuple[nn.Module, Any, TrainConfig, Path]:
@@ -19,7 +18,7 @@ def load_trained(path: str | Path) -> tuple[nn.Module, Any, TrainConfig, Path]:
     folder = ckpt.resolve_checkpoint(path)
     model_state = ckpt.load_model_state(folder)
     trainer_state = ckpt.read_trainer_state(folder)
-    cfg = from_dict(TrainConfig, trainer_state["config"], source=str(folder / "trainer.json"))
+    cfg = saved_train_config(trainer_state["config"], source=str(folder / "trainer.json"))
     tokenizer = load_tokenizer(cfg.model if cfg.model is not None else cfg.tokenizer)
     model = build_model(cfg, tokenizer.vocab_size)
     model.load_state_dict(model_state)
