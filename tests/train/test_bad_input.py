@@ -175,7 +175,7 @@ def test_saved_config_with_another_interfaces_option_still_loads(finished_run, c
     state = json.loads((last / "trainer.json").read_text())
     state["config"]["t_init"] = "output"
     (last / "trainer.json").write_text(json.dumps(state))
-    model, _, cfg, _ = load_trained(last)
+    _, _, cfg, _ = load_trained(last)
     assert cfg.tie == "tt" and cfg.t_init is None
     assert saved_train_config({"tie": "pit", "t_init": "output"}, "x").t_init == "output"
     with pytest.raises(ConfigError, match="t_init applies to tie='pit' only"):
