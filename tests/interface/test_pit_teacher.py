@@ -74,7 +74,7 @@ def test_output_scale_puts_e_at_the_teacher_scale_in_the_bulk() -> None:
     assert f.input_scale == pytest.approx(s * s)
     assert f.gain_factor == pytest.approx(s * s)  # keeps the head: gain·c, W_out/c
     pit = PseudoInverseTying.from_teacher(E0, "output", dtype=torch.float64, input_scale=1.0)
-    sv = torch.linalg.svdvals(pit.embedding_matrix())
+    sv = torch.linalg.svdvals(pit.embedding_matrix().detach())
     assert float(sv.median()) == pytest.approx(s, rel=1e-9)
 
 
