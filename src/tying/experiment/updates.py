@@ -183,6 +183,13 @@ def _per_item_loglik(entry: dict[str, Any]) -> list[float]:
     return [i["ref_loglik"] / i["ref_tokens"] for i in entry["items"]]
 
 
+def _item_changes(model: dict[str, Any], task: str) -> list[float]:
+    """Per item of `task`: the update's change of log p(reference) / tokens (nats/token)."""
+    before = _per_item_loglik(model["base"]["tasks"][task])
+    after = _per_item_loglik(model["updated"]["tasks"][task])
+    return [u - b for b, u in zip(before, after, strict=True)]
+
+
 def compare_updates(
     control: dict[str, Any],
     treatment: dict[str, Any],
@@ -217,22 +224,8 @@ def compare_updates(
     for task, entry in control["updated"]["tasks"].items():
         if entry.get("ref_loglik_per_token") is None or task not in treatment["base"]["tasks"]:
             continue
-        change_c = [
-            u - b
-            for b, u in zip(
-                _per_item_loglik(control["base"]["tasks"][task]),
-                _per_item_loglik(entry),
-                strict=True,
-            )
-        ]
-        change_t = [
-            u - b
-            for b, u in zip(
-                _per_item_loglik(treatment["base"]["tasks"][task]),
-                _per_item_loglik(treatment["updated"]["tasks"][task]),
-                strict=True,
-            )
-        ]
+        change_c = _item_changes(control, task)
+        change_t = _item_changes(treatment, task)
         boot = paired_bootstrap(change_c, change_t, n_resamples=n_resamples, seed=seed)
         gain[task] = {
             "control_change": sum(change_c) / len(change_c),
