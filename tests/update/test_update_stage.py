@@ -12,7 +12,12 @@ import pytest
 from tying.config import ConfigError, from_dict
 from tying.experiment.config import ExperimentConfig
 from tying.experiment.render_updates import add_updates_section
-from tying.experiment.updates import analyze_updates, run_updates, update_folders
+from tying.experiment.updates import (
+    analyze_updates,
+    base_eval_folder,
+    run_updates,
+    update_folders,
+)
 from tying.report import Document
 
 pytestmark = pytest.mark.filterwarnings(
@@ -45,7 +50,7 @@ def test_update_stage_end_to_end(tiny_base: Path, tmp_path: Path) -> None:
     assert len(lines) == 2 * 4
     for base in ("control", "treatment"):
         f = update_folders(cfg, base, "gsm8k")
-        assert (f.base_eval / "results.json").is_file()
+        assert (base_eval_folder(cfg, base) / "results.json").is_file()
         assert (f.adapter / "adapter_model.safetensors").is_file()
         assert (f.eval / "results.json").is_file()
         assert (f.side_effects / "side_effects.json").is_file()
@@ -82,7 +87,7 @@ def test_update_stage_end_to_end(tiny_base: Path, tmp_path: Path) -> None:
             i["ref_loglik"] / i["ref_tokens"]
             for i in json.loads(p.read_text())["tasks"]["gsm8k"]["items"]
         ]
-        for p in (f.base_eval / "results.json", f.eval / "results.json")
+        for p in (base_eval_folder(cfg, "control") / "results.json", f.eval / "results.json")
     ]
     expected = sum(u - b for b, u in zip(*per_item, strict=True)) / 2
     assert comparison["gain"]["gsm8k"]["control_change"] == pytest.approx(expected, abs=1e-12)

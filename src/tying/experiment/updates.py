@@ -52,19 +52,22 @@ def task_label(task: str) -> str:
 
 @dataclass(frozen=True)
 class UpdateFolders:
-    """The folders of one base model and one update task (see the module docstring)."""
+    """The folders of one base model's update on one task (see the module docstring)."""
 
-    base_eval: Path
     adapter: Path
     eval: Path
     side_effects: Path
 
 
+def base_eval_folder(cfg: ExperimentConfig, base: str) -> Path:
+    """Where the stage writes the evaluation of base `base` itself."""
+    return cfg.root / "updates" / base / "eval"
+
+
 def update_folders(cfg: ExperimentConfig, base: str, task: str) -> UpdateFolders:
-    """Where the stage writes base `base`'s evaluation and its `task` adapter's files."""
-    root = cfg.root / "updates" / base
-    leaf = root / task_label(task)
-    return UpdateFolders(root / "eval", leaf / "adapter", leaf / "eval", leaf / "side-effects")
+    """Where the stage writes the files of base `base`'s `task` adapter."""
+    leaf = cfg.root / "updates" / base / task_label(task)
+    return UpdateFolders(leaf / "adapter", leaf / "eval", leaf / "side-effects")
 
 
 def _evaluate(cfg: ExperimentConfig, spec: str, adapter: Path | None, out: Path) -> None:
@@ -125,11 +128,11 @@ def run_updates(
 
     for base, model in u.bases.items():
         spec = cfg.update_base_spec(model)
-        first = update_folders(cfg, base, u.tasks[0])
+        base_eval = base_eval_folder(cfg, base)
         step(
             f"{base}: evaluate",
-            first.base_eval / RESULTS_FILE,
-            lambda spec=spec, out=first.base_eval: _evaluate(cfg, spec, None, out),
+            base_eval / RESULTS_FILE,
+            lambda spec=spec, out=base_eval: _evaluate(cfg, spec, None, out),
         )
         for task in u.tasks:
             f = update_folders(cfg, base, task)
@@ -280,7 +283,7 @@ def analyze_updates(cfg: ExperimentConfig, n_resamples: int = 10000) -> dict[str
     adapters: list[dict[str, Any]] = []
     raw: dict[tuple[str, str], dict[str, Any]] = {}
     for base, model in u.bases.items():
-        base_results = need(update_folders(cfg, base, u.tasks[0]).base_eval / RESULTS_FILE)
+        base_results = need(base_eval_folder(cfg, base) / RESULTS_FILE)
         bases[base] = {"model": cfg.update_base_spec(model), "eval": _eval_summary(base_results)}
         for task in u.tasks:
             f = update_folders(cfg, base, task)
