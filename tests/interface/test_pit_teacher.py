@@ -132,7 +132,7 @@ def test_retraction_keeps_columns_centred_and_orthonormal() -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
-    Z = pit.z.double()
+    Z = pit.z.detach().double()
     assert float(Z.sum(0).abs().max()) / 300**0.5 <= 1e-6
     assert float((Z.T @ Z - torch.eye(12, dtype=torch.float64)).abs().max()) <= 1e-5
     assert pit.input_bias.grad is not None
