@@ -1,14 +1,17 @@
 """Benchmark: the logit lens of SmolLM2-135M against the bf16 head products it needs.
 
 In one process, on the first N tokens of the Gutenberg validation text (windows of 256), timed
-round-robin (`timing.round_robin`, after a warm-up on one short window):
+round-robin (`timing.round_robin`, after a warm-up on the first batch of 1,024 positions, which
+also compiles the lens's row kernels: `warmup_seconds` records that one-off cost):
 
 - `head_matmul_bf16`: the floor: (L + 1) bf16 products (chunk × d) · (d × V) per chunk of
   positions into a reused buffer, nothing else (L = 30, d = 576, V = 49,152);
 - `forward`: one forward pass of the model over the same tokens (float32);
 - `logit_lens_bf16`: `evaluate_lens(..., precision="bf16")` (the new default on a CPU with
-  native bf16): the forward pass, the shared final distribution and the streamed heads;
+  native bf16): the forward pass, the shared final distribution and the streamed heads, with
+  the row kernels compiled (`tying.lens.kernels`);
 - `logit_lens_fp32`: the same with float32 products (`--precision fp32`);
+- `logit_lens_bf16_eager`: `logit_lens_bf16` with the row kernels eager (`TYING_COMPILE=0`);
 - `logit_lens_before`: the algorithm before `LensHead` (main at 86218cd): logits of every
   entry under bf16 autocast, then `FinalDistribution.kl_bits` in float32.
 
@@ -115,6 +118,12 @@ def main() -> None:
     parser.add_argument("--cli-tokens", type=int, default=2048)
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--note",
+        default="wall times depend on the machine's load (loadavg); ratios side by side in one "
+        "run are what counts",
+        help="how the machine was used during the run, recorded in the JSON",
+    )
     parser.add_argument("--before-src", default="/work/main/src")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/lens.json"))
     parser.add_argument(
@@ -129,6 +138,7 @@ def main() -> None:
 
     from tying.lens import LogitLens, evaluate_lens
     from tying.lens.head import LensHead
+    from tying.lens.kernels import COMPILE_ENV
     from tying.loader import load_any
 
     lm = load_any("smollm2")
@@ -160,6 +170,13 @@ def main() -> None:
 
         return step
 
+    def eager() -> None:
+        os.environ[COMPILE_ENV] = "0"
+        try:
+            kls["eager"] = evaluate_lens(lm, LogitLens(), batches, precision="bf16").kl
+        finally:
+            os.environ[COMPILE_ENV] = "1"
+
     def before() -> None:
         kls["before"] = _before(lm, batches)
 
@@ -169,12 +186,16 @@ def main() -> None:
         "forward": forward,
         "logit_lens_bf16": lens("bf16"),
         "logit_lens_fp32": lens("fp32"),
+        "logit_lens_bf16_eager": eager,
         "logit_lens_before": before,
     }
     full = batches
-    batches = [full[0][:1, :64]]  # warm-up on one short window (kernels, buffers)
-    for step in steps.values():
+    batches = [full[0]]  # warm-up on one chunk: buffers, and the compiled row kernels
+    warmup: dict[str, float] = {}
+    for name, step in steps.items():
+        t0 = time.perf_counter()
         step()
+        warmup[name] = time.perf_counter() - t0
     batches[:] = full
     times = round_robin(steps, args.reps, warmup=False)
     med = medians(times)
@@ -192,8 +213,7 @@ def main() -> None:
             "bf16_native": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
             "loadavg_start": load0,
             "loadavg_end": os.getloadavg(),
-            "note": "shared 2-core machine (a SmolLM2 training job at higher priority): wall "
-            "times are upper bounds; ratios side by side in one run are what counts",
+            "note": args.note,
         },
         "tokens": n,
         "entries": entries,
@@ -201,14 +221,17 @@ def main() -> None:
         "seconds_median": med,
         "seconds_min": mins,
         "seconds_all": times,
+        "warmup_seconds": warmup,
         "ratio": med["logit_lens_bf16"] / med["head_matmul_bf16"],
         "ratio_heads_only": (med["logit_lens_bf16"] - med["forward"]) / med["head_matmul_bf16"],
         "ratio_min": mins["logit_lens_bf16"] / mins["head_matmul_bf16"],
         "speedup_vs_before": med["logit_lens_before"] / med["logit_lens_bf16"],
         "speedup_vs_fp32": med["logit_lens_fp32"] / med["logit_lens_bf16"],
+        "speedup_vs_eager": med["logit_lens_bf16_eager"] / med["logit_lens_bf16"],
         "goal_ratio": 2.0,
         "kl_max_abs_diff_bits": {
             "bf16_vs_fp32": diff("bf16", "fp32"),
+            "eager_vs_fp32": diff("eager", "fp32"),
             "before_vs_fp32": diff("before", "fp32"),
         },
         "kl_bits_fp32": kls["fp32"],

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from tying.lens import LogitLens, TunedLens, TunedLensTraining, evaluate_lens, train_tuned_lens
-from tying.lens.head import GROUP, LensHead, _top_columns
+from tying.lens import kernels as kernels_module
+from tying.lens.head import LensHead
 
 from .conftest import D, loaded, tiny_decoder
 
@@ -97,15 +98,18 @@ def test_kl_with_grad_matches_float64_autograd(softcap) -> None:
         assert rel < tol, (precision, float(rel))
 
 
-def test_top_columns_are_the_top_k() -> None:
+@pytest.mark.parametrize("V", [1000, 1024, 100])
+def test_top_columns_are_the_top_k_of_the_finished_logits(V) -> None:
+    """Ragged last group, exact groups, fewer columns than k groups; the bias moves the top."""
     g = torch.Generator().manual_seed(0)
-    V, k = 1000, 5
-    x = torch.randn(7, V, generator=g)
-    groups = -(-V // GROUP)
-    padded = torch.full((7, groups * GROUP), -torch.inf)
-    padded[:, :V] = x
-    group_max = padded.view(7, groups, GROUP).amax(dim=2)
-    got = _top_columns(padded, group_max, k).sort(dim=1).values
+    k = 5
+    z = torch.randn(7, V, generator=g)
+    bias = torch.randn(V, generator=g) * 3
+    head = _head(torch.randn(V, D, generator=g), "fp32", bias=bias)
+    x = z + bias
+    groups = kernels_module.group_max(x)
+    assert groups.shape == (7, -(-V // kernels_module.GROUP))
+    got = head._top_columns(z, groups, k).sort(dim=1).values
     assert torch.equal(got, x.topk(k, dim=1).indices.sort(dim=1).values)
 
 

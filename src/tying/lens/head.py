@@ -4,8 +4,9 @@ A lens reads N positions at L + 1 entries through the model's head, z = h Uᵀ +
 V×d; soft-capped c·tanh(z/c) where the architecture does): (L + 1)·N products of d × V, nearly
 all of the work (SmolLM2, 16,384 positions: 31 × 16,384 × 576 × 49,152 × 2 ≈ 29 TFLOP).
 `LensHead` makes each (chunk, entry) one matrix product in the compute dtype (bf16 where the
-hardware multiplies it natively) into a reused buffer, then one streamed log-sum-exp over
-row blocks (`BLOCK_BYTES`) in float32 (float64 for float64 models). It never forms log q:
+hardware multiplies it natively) into a reused buffer, then one streamed log-sum-exp in float32
+(float64 for float64 models; `tying.lens.kernels`: compiled, fused row kernels on large chunks,
+eager row blocks of `BLOCK_BYTES` otherwise). It never forms log q:
 
     KL(p ‖ q) = Σ_v p_v log p_v − Σ_v p_v z_v + lse(z)
               = −H(p) − h · (p U) − p · b + lse(z)
@@ -44,19 +45,16 @@ import torch
 from torch import Tensor
 
 from tying.devices import resolve_precision
+from tying.lens.kernels import EXP_FLOOR, GROUP, kernels
 from tying.loader import LoadedModel
 
-#: Bytes of one float32 row block of the streamed passes (~170 rows at V = 49k). Cache-sized
+#: Bytes of one float32 row block of the eager passes (~170 rows at V = 49k). Cache-sized
 #: blocks (4 MiB) are no faster on an idle CPU and 2× slower on a busy one: every elementwise
 #: op is a thread barrier, and 12 ops per block add up.
 BLOCK_BYTES = 32 << 20
 #: Default sizes of the exact-correction sets S_q and S_p (bf16 products only).
 EXACT_Q = 16
 EXACT_P = 16
-#: Columns per group when searching the largest logits.
-GROUP = 128
-#: z − max is clamped at this value before exp (e^−80 ≈ 1.8e−35 is still a normal float32).
-EXP_FLOOR = -80.0
 
 
 def work_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -271,48 +269,33 @@ class LensHead:
         z = self._ws.get("z", (n, V), compute)
         torch.mm(hidden.to(compute), self.weight.t(), out=z)
         h = hidden.to(work)
-        r = self._rows_per_block()
-        groups = -(-V // GROUP)
-        keep_tanh = want_grad and self.softcap is not None
         kq = 0 if want_grad else self.exact_q
-        elementwise_dot = not self.linear
-        dot = torch.empty(n, dtype=work, device=z.device)  # Σ p (z − m) when elementwise
+        dots = None if self.linear else torch.empty(n, dtype=work, device=z.device)
         shift = torch.empty(n, dtype=work, device=z.device)
         log_sum = torch.empty(n, dtype=work, device=z.device)
         top_q = torch.empty(n, kq, dtype=torch.long, device=z.device) if kq else None
-        for b0 in range(0, n, r):
-            b1 = min(b0 + r, n)
-            padded = self._ws.get("block", (b1 - b0, groups * GROUP), work, fill=-torch.inf)
-            x = padded[:, :V]  # the padding columns stay −inf
-            x.copy_(z[b0:b1])
-            self._finish_(x)
-            if keep_tanh:  # tanh(z/c) = capped/c, for the gradient
-                tanh = self._ws.get("tanh", (b1 - b0, V), work)
-                torch.div(x, self.softcap, out=tanh)
-            group_max = padded.view(b1 - b0, groups, GROUP).amax(dim=2)
-            m = group_max.amax(dim=1, keepdim=True)
+        # compiled kernels take the whole chunk in one call; eager ones go block by block
+        rows = n if kernels.enabled(z.numel(), z.device) else self._rows_per_block()
+        for b0 in range(0, n, rows):
+            b1 = min(b0 + rows, n)
+            probs = target.probs[b0:b1]
+            groups, m, s, dot = kernels.stats(
+                z[b0:b1], work, self.bias, self.softcap, None if dots is None else probs
+            )
+            shift[b0:b1], log_sum[b0:b1] = m, s.log()
+            if dots is not None:
+                dots[b0:b1] = dot
             if top_q is not None:
-                top_q[b0:b1] = _top_columns(padded, group_max, kq)
-            x.sub_(m)
-            if elementwise_dot:
-                tmp = self._ws.get("tmp", (b1 - b0, V), work)
-                dot[b0:b1] = torch.mul(x, target.probs[b0:b1], out=tmp).sum(dim=1)
-            x.clamp_(min=EXP_FLOOR).exp_()
-            s = x.sum(dim=1)
-            shift[b0:b1] = m.squeeze(1)
-            log_sum[b0:b1] = s.log()
+                top_q[b0:b1] = self._top_columns(z[b0:b1], groups, kq)
             if want_grad:
-                x.div_(s.unsqueeze(1)).sub_(target.probs[b0:b1])  # q − p
-                if keep_tanh:
-                    x.mul_(tanh.square_().neg_().add_(1.0))
-                z[b0:b1].copy_(x)
-        if elementwise_dot:
+                z[b0:b1] = kernels.grad(z[b0:b1], work, self.bias, self.softcap, m, s, probs)
+        if dots is not None:
             if target.support is not None and not want_grad:
                 exact = self._exact_logits(target.support_rows, h, target.support)
                 approx = self._finish_(z.gather(1, target.support).to(work), target.support)
-                dot += (target.support_probs * (exact - approx)).sum(dim=1)
+                dots += (target.support_probs * (exact - approx)).sum(dim=1)
             # Σ p z − lse = Σ p (z − m) − log Σ exp(z − m)
-            kl = target.neg_entropy - dot + log_sum
+            kl = target.neg_entropy - dots + log_sum
         else:
             mean = (h * target.mean_row).sum(dim=1)
             if target.mean_bias is not None:
@@ -327,6 +310,19 @@ class LensHead:
         grad = torch.mm(z, self.weight).to(work) if want_grad else None
         return kl, grad
 
+    def _top_columns(self, z: Tensor, groups: Tensor, k: int) -> Tensor:
+        """Columns of the k largest finished logits per row of `z` (r, V), given their group
+        maxima (r, G): the k largest values lie in the k groups with the largest maxima."""
+        V = z.shape[1]
+        chosen = groups.topk(min(k, groups.shape[1]), dim=1, sorted=False).indices
+        offsets = torch.arange(GROUP, device=z.device)
+        columns = (chosen.unsqueeze(2) * GROUP + offsets).reshape(chosen.shape[0], -1)
+        inside = columns.clamp(max=V - 1)  # the last group may be short
+        values = self._finish_(z.gather(1, inside).to(self.work_dtype), inside)
+        values.masked_fill_(columns >= V, -torch.inf)
+        best = values.topk(k, dim=1, sorted=False).indices
+        return columns.gather(1, best)
+
     def _exact_logits(self, rows: Tensor, hidden: Tensor, index: Tensor) -> Tensor:
         """Finished logits of `rows` (n, k, d) against `hidden` (n, d): (n, k), work dtype."""
         return self._finish_(torch.bmm(rows, hidden.unsqueeze(2)).squeeze(2), index)
@@ -339,17 +335,6 @@ class LensHead:
     def kl_with_grad(self, hidden: Tensor, target: Target) -> Tensor:
         """`kl` differentiable with respect to `hidden` (no exact corrections): (n, d) -> (n,)."""
         return _KLFunction.apply(self._flat(hidden), self, target)
-
-
-def _top_columns(padded: Tensor, group_max: Tensor, k: int) -> Tensor:
-    """Columns of the k largest values per row of `padded` (r, G·GROUP), given its group maxima
-    (r, G): the k largest values lie in the k groups with the largest maxima."""
-    k_groups = min(k, group_max.shape[1])
-    groups = group_max.topk(k_groups, dim=1, sorted=False).indices  # (r, k_groups)
-    offsets = torch.arange(GROUP, device=padded.device)
-    columns = (groups.unsqueeze(2) * GROUP + offsets).reshape(groups.shape[0], -1)
-    best = padded.gather(1, columns).topk(k, dim=1, sorted=False).indices
-    return columns.gather(1, best)
 
 
 class _KLFunction(torch.autograd.Function):
