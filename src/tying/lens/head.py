@@ -45,7 +45,7 @@ import torch
 from torch import Tensor
 
 from tying.devices import resolve_precision
-from tying.lens.kernels import EXP_FLOOR, GROUP, kernels
+from tying.lens.kernels import EXP_FLOOR, GROUP, finish_, kernels
 from tying.loader import LoadedModel
 
 #: Bytes of one float32 row block of the eager passes (~170 rows at V = 49k). Cache-sized
@@ -69,19 +69,14 @@ class _Workspace:
         self.device = device
         self._flat: dict[str, Tensor] = {}
 
-    def get(
-        self, name: str, shape: tuple[int, ...], dtype: torch.dtype, fill: float | None = None
-    ) -> Tensor:
-        """A contiguous tensor of `shape` and `dtype`, reusing storage; contents undefined
-        unless `fill` is given, which fills a newly allocated buffer only."""
+    def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
+        """A contiguous tensor of `shape` and `dtype`, reusing storage; contents undefined."""
         numel = 1
         for s in shape:
             numel *= s
         flat = self._flat.get(name)
         if flat is None or flat.dtype != dtype or flat.numel() < numel:
             flat = torch.empty(numel, dtype=dtype, device=self.device)
-            if fill is not None:
-                flat.fill_(fill)
             self._flat[name] = flat
         return flat[:numel].view(shape)
 
@@ -205,11 +200,8 @@ class LensHead:
 
     def _finish_(self, z: Tensor, index: Tensor | None = None) -> Tensor:
         """Add the bias (at `index`) and soft-cap, in place on work-dtype logits `z`."""
-        if self.bias is not None:
-            z.add_(self.bias if index is None else self.bias[index])
-        if self.softcap is not None:
-            z.div_(self.softcap).tanh_().mul_(self.softcap)
-        return z
+        bias = self.bias if self.bias is None or index is None else self.bias[index]
+        return finish_(z, bias, self.softcap)
 
     def _flat(self, hidden: Tensor) -> Tensor:
         if hidden.shape[-1] != self.d_model:

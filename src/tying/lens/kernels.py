@@ -25,6 +25,7 @@ where the block is large (`COMPILE_MIN_ELEMENTS`) and a compiler is available, e
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -48,9 +49,11 @@ COMPILE_ENV = "TYING_COMPILE"
 log = logging.getLogger(__name__)
 
 
-def finish(z: Tensor, work: torch.dtype, bias: Tensor | None, softcap: float | None) -> Tensor:
-    """Finished logits in the work dtype: (r, V) logits -> (r, V) c·tanh((z + b)/c), a new tensor."""
-    x = z.to(work, copy=True)
+def finish_(x: Tensor, bias: Tensor | None, softcap: float | None) -> Tensor:
+    """Finished logits c·tanh((x + b)/c), in place on work-dtype logits `x`: (..., V) -> `x`.
+
+    `bias` broadcasts against `x` ((V,), or gathered to the shape of `x`).
+    """
     if bias is not None:
         x.add_(bias)
     if softcap is not None:
@@ -87,7 +90,7 @@ def row_stats(
         group maxima (r, G), maximum m (r,), sum of exps s (r,), and Σ p (x − m) (r,) or None;
         all in the work dtype.
     """
-    x = finish(z, work, bias, softcap)
+    x = finish_(z.to(work, copy=True), bias, softcap)
     groups = group_max(x)
     m = groups.amax(dim=1, keepdim=True)
     x.sub_(m)
@@ -107,17 +110,13 @@ def row_grad(
 ) -> Tensor:
     """∂KL(p ‖ softmax(x))/∂z of a block: (r, V) logits, (r,) m and s of `row_stats`, (r, V) p ->
     (r, V) in the dtype of z."""
-    x = z.to(work, copy=True)
-    if bias is not None:
-        x.add_(bias)
-    tanh = None
-    if softcap is not None:
-        tanh = x.div_(softcap).tanh_()
-        x = tanh * softcap
+    x = finish_(z.to(work, copy=True), bias, softcap)
+    # tanh((z + b)/c) = x/c, for the soft-capping factor
+    cap = None if softcap is None else 1.0 - (x / softcap).square_()
     q = x.sub_(m.unsqueeze(1)).clamp_(min=EXP_FLOOR).exp_().div_(s.unsqueeze(1))
     q.sub_(probs)
-    if tanh is not None:
-        q.mul_(1.0 - tanh.square())
+    if cap is not None:
+        q.mul_(cap)
     return q.to(z.dtype)
 
 
@@ -162,10 +161,15 @@ class RowKernels:
 
 def compiler_available(device: torch.device) -> bool:
     """Whether `torch.compile` can build kernels for `device`: a C++ compiler for the CPU
-    (the CXX variable, g++ or clang++), Triton for CUDA."""
-    if device.type == "cpu":
-        return any(shutil.which(c) for c in (os.environ.get("CXX", ""), "g++", "clang++") if c)
-    if device.type == "cuda":
+    (the CXX variable, g++ or clang++), Triton for CUDA. Looked up once per device type."""
+    return _compiler_available(device.type, os.environ.get("CXX", ""))
+
+
+@functools.cache
+def _compiler_available(device_type: str, cxx: str) -> bool:
+    if device_type == "cpu":
+        return any(shutil.which(c) for c in (cxx, "g++", "clang++") if c)
+    if device_type == "cuda":
         from torch.utils._triton import has_triton
 
         return has_triton()
