@@ -171,11 +171,15 @@ def main() -> None:
         return step
 
     def eager() -> None:
+        previous = os.environ.get(COMPILE_ENV)
         os.environ[COMPILE_ENV] = "0"
         try:
             kls["eager"] = evaluate_lens(lm, LogitLens(), batches, precision="bf16").kl
         finally:
-            os.environ[COMPILE_ENV] = "1"
+            if previous is None:
+                del os.environ[COMPILE_ENV]
+            else:
+                os.environ[COMPILE_ENV] = previous
 
     def before() -> None:
         kls["before"] = _before(lm, batches)
