@@ -70,6 +70,17 @@ def test_lens_verb_rejects_bad_budget(tmp_path, tiny_run, capsys) -> None:
     assert "lens.safetensors" in capsys.readouterr().err
 
 
+def test_lens_and_probe_of_a_missing_model_write_nothing(tmp_path, capsys) -> None:
+    """A spec that does not exist: one line, exit 2, and no output folder left behind."""
+    from tying.commands import probe as probe_cmd
+
+    for module in (lens_cmd, probe_cmd):
+        out = tmp_path / f"out-{module.__name__}"
+        assert _run(module, [tmp_path / "nope", "--out", out]) == 2
+        assert "no such file or folder" in capsys.readouterr().err.splitlines()[-1]
+        assert not out.exists()
+
+
 def test_trace_verb_errors(tmp_path, tiny_run, capsys) -> None:
     argv = [tiny_run, "--prompt", "Hello", "--position", 99, "--out", tmp_path]
     assert _run(trace_cmd, argv) == 2

@@ -145,7 +145,6 @@ def run_lens(options: LensOptions, log: Callable[[str], None] = print) -> LensRu
     context = {"precision": precision, "device": device, "chunk_tokens": options.chunk_tokens}
     source = str(resolve_source(options.data)) if options.data else str(default_validation_source())
     out = Path(options.out)
-    out.mkdir(parents=True, exist_ok=True)
     records: list[dict[str, Any]] = []
     taken: set[str] = set()
     timings: dict[str, float] = {}
@@ -153,6 +152,7 @@ def run_lens(options: LensOptions, log: Callable[[str], None] = print) -> LensRu
     for spec in options.specs:
         start = time.perf_counter()
         lm = load_any(spec, tokenizer=options.tokenizer).to(device)
+        out.mkdir(parents=True, exist_ok=True)  # once a model loaded: a failed start writes nothing
         lm.name = _unique(lm.name, taken)
         records += _one_model(options, lm, source, out, context, log)
         timings[lm.name] = time.perf_counter() - start

@@ -446,7 +446,6 @@ def run_probe(
 
     start = time.perf_counter()
     out = Path(out or options.out or f"probe-{Path(options.spec).name or 'model'}")
-    out.mkdir(parents=True, exist_ok=True)
     stages = Stages(log)
     report = _Report(stages)
     figures = _Figures()
@@ -456,6 +455,9 @@ def run_probe(
     if options.against is not None:
         _comparison(options, mats, report)
     del mats
+    out.mkdir(
+        parents=True, exist_ok=True
+    )  # only once the models loaded: a failed start writes nothing
     files: dict[str, str] = {}
     if "plots" in options.skip:
         report.skip("plots", "--skip")
