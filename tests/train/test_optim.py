@@ -328,7 +328,7 @@ def test_auto_t_scale_gives_w_out_the_row_norm_of_a_standard_init() -> None:
 
     V = 4096
     auto = build_model(load_config(TrainConfig, None, ["tie=pit", "pit_t_scale=auto"]), V)
-    plain = build_model(load_config(TrainConfig, None, ["tie=pit"]), V)
+    plain = build_model(load_config(TrainConfig, None, ["tie=pit", "pit_t_scale=1"]), V)
     std, d = auto.config.init_std, auto.config.d_model
     c = std * math.sqrt(V)
     torch.testing.assert_close(auto.interface.transform(), c * torch.eye(d), rtol=1e-6, atol=0)
@@ -338,6 +338,24 @@ def test_auto_t_scale_gives_w_out_the_row_norm_of_a_standard_init() -> None:
     assert torch.equal(auto.interface.z, plain.interface.z)
     blocks = {k: v for k, v in plain.state_dict().items() if not k.startswith("interface.")}
     assert all(torch.equal(v, auto.state_dict()[k]) for k, v in blocks.items())
+    # The scratch default is auto: the same model, weight for weight.
+    default = build_model(load_config(TrainConfig, None, ["tie=pit"]), V)
+    assert all(torch.equal(v, default.state_dict()[k]) for k, v in auto.state_dict().items())
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["tie=pit"], "auto"),
+        (["tie=pit", "pit_t_scale=1"], 1.0),
+        (["tie=pit", "pit_t_scale=0.5"], 0.5),
+        (["tie=pit", "model=smollm2"], 1.0),
+        (["tie=tt"], 1.0),
+        (["tie=untied", "pit_t_scale=1"], 1.0),
+    ],
+)
+def test_t_scale_default_is_auto_for_scratch_pit_only(overrides, expected) -> None:
+    assert load_config(TrainConfig, None, overrides).t_scale == expected
 
 
 # ----------------------------------------------------------------------------- resume
@@ -411,7 +429,8 @@ def test_resume_refuses_another_optimizer_or_t_scale_but_not_another_lr_scale(tm
     for change, key in (
         ("pit_z_optimizer=riemannian_adam", "pit_z_optimizer"),
         ("pit_t_optimizer=riemannian_adam", "pit_t_optimizer"),
-        ("pit_t_scale=auto", "pit_t_scale"),
+        # A run saved before the default became auto holds pit_t_scale: 1.0.
+        ("pit_t_scale=1", "pit_t_scale=1.0"),
     ):
         new = load_config(TrainConfig, None, ["tie=pit", "pit_z_lr_scale=0.5", change])
         with pytest.raises(ConfigError, match=key):

@@ -92,7 +92,7 @@ def build_model(
     )
     generator = torch.Generator().manual_seed(cfg.seed)
     interface = None
-    if cfg.pit_t_scale != 1.0:  # PIT's scratch T = c·I (TrainConfig allows it only there)
+    if cfg.t_scale != 1.0:  # PIT's scratch T = c·I (TrainConfig allows it only there)
         # Drawn first from the same generator, as Decoder draws its own interface: the
         # blocks get the same initial weights as with T = I.
         interface = build_interface(
@@ -101,7 +101,7 @@ def build_model(
             model_cfg.d_model,
             generator=generator,
             init_std=model_cfg.init_std,
-            t_scale=cfg.pit_t_scale,
+            t_scale=cfg.t_scale,
             **model_cfg.interface_options(),
         )
     return Decoder(model_cfg, interface=interface, generator=generator)

@@ -51,7 +51,9 @@ class TrainConfig:
         pit_diag_activation: PIT: exp or softplus, the map from parameters to L's diagonal.
         pit_t_scale: scratch-mode PIT: the initial T = c·I, so E = Z/c and W_out = c·Zᵀ
             (unitless c > 0), or auto: c = init_std·√V (4.48 at V = 50,257), which starts
-            W_out's rows and the logits at an N(0, init_std²) head's scale; 1 = the paper's T = I.
+            W_out's rows and the logits at an N(0, init_std²) head's scale; 1 = the paper's
+            T = I; null (the default) = auto for scratch-mode PIT (the study in
+            docs/training.md), 1 otherwise (see `t_scale`).
         pit_z_optimizer: PIT with a trained Z: adamw (Z is an AdamW group, then the polar
             retraction) or riemannian_adam (geoopt's RiemannianAdam on the Stiefel manifold).
         pit_z_lr_scale: PIT: Z's learning rate as a multiple of lr (unitless), or entry_size:
@@ -108,7 +110,7 @@ class TrainConfig:
     step0_tokens: int = 2048
     pit_trainable_z: bool | None = None
     pit_diag_activation: Literal["exp", "softplus"] = "exp"
-    pit_t_scale: float | Literal["auto"] = 1.0
+    pit_t_scale: float | Literal["auto"] | None = None
     pit_z_optimizer: ZOptimizer = "adamw"
     pit_z_lr_scale: float | Literal["entry_size"] = 1.0
     pit_t_optimizer: TOptimizer = "adamw"
@@ -173,18 +175,20 @@ class TrainConfig:
         """Validate the pit_t_scale / pit_z_* / pit_l_* keys (choices are checked on parsing)."""
         for name, rule in (("pit_t_scale", T_SCALE_AUTO), ("pit_z_lr_scale", ENTRY_SIZE)):
             value = getattr(self, name)
-            if value != rule and not (
-                isinstance(value, int | float) and math.isfinite(value) and value > 0
+            if (
+                value is not None
+                and value != rule
+                and not (isinstance(value, int | float) and math.isfinite(value) and value > 0)
             ):
                 raise ConfigError(f"{name} must be a positive number or {rule!r}, got {value!r}")
         if not (math.isfinite(self.pit_l_lr_scale) and self.pit_l_lr_scale > 0):
             raise ConfigError(
                 f"pit_l_lr_scale must be a positive number, got {self.pit_l_lr_scale!r}"
             )
-        if self.pit_t_scale != 1.0 and (self.tie != "pit" or self.model is not None):
+        if self.pit_t_scale not in (None, 1.0) and not self._scratch_pit:
             raise ConfigError(
                 f"pit_t_scale applies to scratch-mode PIT only (tie=pit, no model), got "
-                f"tie={self.tie!r}, model={self.model!r}: leave it at 1"
+                f"tie={self.tie!r}, model={self.model!r}: leave it unset (or 1)"
             )
         for key in ("pit_z_optimizer", "pit_t_optimizer"):
             if self.tie == "pit" and getattr(self, key) != "adamw" and self.distributed == "fsdp":
@@ -192,6 +196,18 @@ class TrainConfig:
                     f"{key}='riemannian_adam' is not supported with distributed=fsdp "
                     f"(the interface is sharded as DTensors); use distributed=ddp or {key}=adamw"
                 )
+
+    @property
+    def _scratch_pit(self) -> bool:
+        return self.tie == "pit" and self.model is None
+
+    @property
+    def t_scale(self) -> float | Literal["auto"]:
+        """The initial T = c·I of this run: `pit_t_scale`, or when it is None "auto" for
+        scratch-mode PIT and 1 otherwise (1 for every interface other than scratch PIT)."""
+        if self.pit_t_scale is not None:
+            return self.pit_t_scale
+        return T_SCALE_AUTO if self._scratch_pit else 1.0
 
     @property
     def trainable_z(self) -> bool:

@@ -98,8 +98,10 @@ MODEL_KEYS = (
     "input_grad_scale",
     "norm",
     "tokenizer",
-    "pit_t_scale",
+    "t_scale",
 )
+#: The TrainConfig keys behind MODEL_KEYS' resolved properties (named in error messages).
+_RESOLVED_KEYS = {"trainable_z": "pit_trainable_z", "t_scale": "pit_t_scale"}
 #: TrainConfig keys that choose the optimizers whose state a checkpoint holds: a resumed run
 #: must keep them too (the learning-rate keys, lr and the pit_*_lr_scale, may change).
 OPTIMIZER_KEYS = ("pit_z_optimizer", "pit_t_optimizer")
@@ -118,9 +120,10 @@ def check_resume_compatible(saved: TrainConfig, cfg: TrainConfig, where: Path) -
     new |= {key: getattr(cfg, key) for key in OPTIMIZER_KEYS}
     for key in (*MODEL_KEYS, *OPTIMIZER_KEYS):
         if old[key] != new[key]:
+            name = _RESOLVED_KEYS.get(key, key)
             raise ConfigError(
-                f"cannot resume {where}: it was trained with {key}={old[key]!r}, this run asks "
-                f"for {key}={new[key]!r}; resume with the same setting, or choose another out"
+                f"cannot resume {where}: it was trained with {name}={old[key]!r}, this run asks "
+                f"for {name}={new[key]!r}; resume with the same setting, or choose another out"
             )
 
 
