@@ -455,9 +455,8 @@ def run_probe(
     if options.against is not None:
         _comparison(options, mats, report)
     del mats
-    out.mkdir(
-        parents=True, exist_ok=True
-    )  # only once the models loaded: a failed start writes nothing
+    # Only once the models loaded: a failed start writes nothing.
+    out.mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}
     if "plots" in options.skip:
         report.skip("plots", "--skip")

@@ -204,7 +204,7 @@ class TrainConfig:
     @property
     def t_scale(self) -> float | Literal["auto"]:
         """The initial T = c·I of this run: `pit_t_scale`, or when it is None "auto" for
-        scratch-mode PIT and 1 otherwise (1 for every interface other than scratch PIT)."""
+        scratch-mode PIT and 1 otherwise."""
         if self.pit_t_scale is not None:
             return self.pit_t_scale
         return T_SCALE_AUTO if self._scratch_pit else 1.0
