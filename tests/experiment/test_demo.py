@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tying.cli import main
+from tying.experiment.demo import DEMO_FIT_TOKENS
 from tying.train.metrics import read_metrics
 
 pytestmark = pytest.mark.filterwarnings(
@@ -67,6 +68,9 @@ def test_demo_cli(small_corpus, tiny_teacher, tmp_path, capsys) -> None:
         assert "grad_out_share" in rows[0]
     pit = report["runs"][1]["probe"]["consistency"]["raw"]
     assert pit["delta_ti"] == pytest.approx(0, abs=1e-3)  # PIT: W_out E = I by construction
+    # PIT starts from the default conversion, fitted on the demo's calibration budget
+    conversion = json.loads((out / "runs" / "teacher-pit-s0" / "conversion.json").read_text())
+    assert conversion["t_init"] == "fit" and conversion["fit"]["tokens"] == DEMO_FIT_TOKENS
     assert [r["run"] for r in report["lens"]["records"]] == [
         "teacher",
         "teacher-tt-s0",
