@@ -8,7 +8,7 @@ or a scratch-mode training run of our decoder (converted by
 `tying.teacher.step0.convert_interface_model`).
 
 Usage:
-    python benchmarks/teacher_init.py [--model smollm2] [--tokens 2048] [--fit-tokens 16384]
+    python benchmarks/teacher_init.py [--model smollm2] [--tokens 2048] [--fit-tokens 65536]
         [--variants pit/output,pit/fit] [--out benchmarks/results/teacher_init.json]
 """
 
