@@ -213,6 +213,7 @@ class TyingForCausalLM(TyingPreTrainedModel, GenerationMixin):
         position_ids: Tensor | None = None,
         past_key_values: Any | None = None,
         inputs_embeds: Tensor | None = None,
+        cache: Any | None = None,
         labels: Tensor | None = None,
         use_cache: bool | None = None,
         output_hidden_states: bool | None = None,
@@ -230,6 +231,8 @@ class TyingForCausalLM(TyingPreTrainedModel, GenerationMixin):
             position_ids: (B, T) rotary positions; default from the mask / the cache length.
             past_key_values: a transformers `Cache` (created as `DynamicCache` when
                 use_cache and none is given).
+            cache: the same under its newer name (transformers ≥ 5.2x passes `cache=` from
+                `generate`); give one of the two.
             labels: (B, T), NOT shifted: position t predicts labels[t + 1]; -100 is ignored.
                 Loss = mean cross-entropy in nats through the chunked `interface.loss`
                 (sum / num_items_in_batch when the Trainer passes `num_items_in_batch`).
@@ -246,7 +249,9 @@ class TyingForCausalLM(TyingPreTrainedModel, GenerationMixin):
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         if use_cache is None:
             use_cache = bool(self.config.use_cache) and not self.training
-        cache = past_key_values
+        if cache is not None and past_key_values is not None and cache is not past_key_values:
+            raise ValueError("give the KV cache once: as cache= or as past_key_values=, not both")
+        cache = cache if cache is not None else past_key_values
         if use_cache and cache is None:
             cache = DynamicCache(config=self.config)
         key_padding_mask = None
@@ -291,8 +296,15 @@ class TyingForCausalLM(TyingPreTrainedModel, GenerationMixin):
             out = tuple(v for v in (logits, out_cache, hidden_states) if v is not None)
             return (loss, *out) if loss is not None else out
         return CausalLMOutputWithPast(
-            loss=loss, logits=logits, past_key_values=out_cache, hidden_states=hidden_states
+            loss=loss, logits=logits, hidden_states=hidden_states, **{_CACHE_FIELD: out_cache}
         )
+
+
+#: The output's KV-cache field: `cache` from transformers 5.2x, `past_key_values` before (the
+#: old name still works there, with a deprecation warning on every call).
+_CACHE_FIELD = (
+    "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+)
 
 
 def register_auto() -> None:
