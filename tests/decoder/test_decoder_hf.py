@@ -132,6 +132,21 @@ def test_kv_cache_gives_the_logits_of_the_full_sequence() -> None:
     torch.testing.assert_close(torch.cat(steps, 1), full[:, 9:], atol=1e-5, rtol=1e-4)
 
 
+def test_kv_cache_under_its_newer_name_cache() -> None:
+    """transformers 5.2x's generate passes the cache as cache=: the same cache, the same logits."""
+    model = make_model("tt")
+    ids = torch.randint(0, V, (2, 8))
+    with torch.no_grad():
+        full = model(ids, use_cache=False).logits
+        cache = DynamicCache(config=model.config)
+        model(ids[:, :5], cache=cache, use_cache=True)
+        assert cache.get_seq_length() == 5
+        steps = [model(ids[:, t : t + 1], cache=cache).logits for t in range(5, 8)]
+        with pytest.raises(ValueError, match="once"):
+            model(ids[:, :1], cache=cache, past_key_values=DynamicCache(config=model.config))
+    torch.testing.assert_close(torch.cat(steps, 1), full[:, 5:], atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("tie", TIES)
 def test_generate_greedy_equals_manual_argmax_loop(tie: str) -> None:
     model = make_model(tie, init_std=0.2)  # a larger init gives varied greedy tokens

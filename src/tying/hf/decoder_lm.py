@@ -213,13 +213,13 @@ class TyingForCausalLM(TyingPreTrainedModel, GenerationMixin):
         position_ids: Tensor | None = None,
         past_key_values: Any | None = None,
         inputs_embeds: Tensor | None = None,
-        cache: Any | None = None,
         labels: Tensor | None = None,
         use_cache: bool | None = None,
         output_hidden_states: bool | None = None,
         output_attentions: bool | None = None,
         return_dict: bool | None = None,
         logits_to_keep: int | Tensor = 0,
+        cache: Any | None = None,
         **kwargs: Any,
     ) -> CausalLMOutputWithPast | tuple:
         """Logits (and loss) of a batch, HF conventions.
@@ -231,8 +231,6 @@ class TyingForCausalLM(TyingPreTrainedModel, GenerationMixin):
             position_ids: (B, T) rotary positions; default from the mask / the cache length.
             past_key_values: a transformers `Cache` (created as `DynamicCache` when
                 use_cache and none is given).
-            cache: the same under its newer name (transformers ≥ 5.2x passes `cache=` from
-                `generate`); give one of the two.
             labels: (B, T), NOT shifted: position t predicts labels[t + 1]; -100 is ignored.
                 Loss = mean cross-entropy in nats through the chunked `interface.loss`
                 (sum / num_items_in_batch when the Trainer passes `num_items_in_batch`).
@@ -241,6 +239,8 @@ class TyingForCausalLM(TyingPreTrainedModel, GenerationMixin):
             output_hidden_states: also return the n_layers + 1 hidden states (the last one
                 after the final norm, as in transformers).
             logits_to_keep: keep the logits of the last k positions only (0 = all).
+            cache: `past_key_values` under its newer name (the `generate` of transformers
+                5.2x passes `cache=`); give one of the two.
         """
         if output_attentions:
             raise ValueError(
@@ -301,7 +301,7 @@ class TyingForCausalLM(TyingPreTrainedModel, GenerationMixin):
 
 
 #: The output's KV-cache field: `cache` from transformers 5.2x, `past_key_values` before (the
-#: old name still works there, with a deprecation warning on every call).
+#: old name still works there, with a deprecation warning).
 _CACHE_FIELD = (
     "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 )
