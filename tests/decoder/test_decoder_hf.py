@@ -113,38 +113,36 @@ def test_hidden_states_follow_the_transformers_convention() -> None:
     torch.testing.assert_close(out.hidden_states[-1], model.model.final_norm(states[-1]))
 
 
-def test_kv_cache_gives_the_logits_of_the_full_sequence() -> None:
+@pytest.mark.parametrize("name", ["past_key_values", "cache"])
+def test_kv_cache_gives_the_logits_of_the_full_sequence(name: str) -> None:
+    """Either keyword carries the cache (transformers 5.2x's generate passes cache=)."""
     model = make_model("pit")
     ids = torch.randint(0, V, (2, 12))
     with torch.no_grad():
         full = model(ids, use_cache=False).logits
         cache = DynamicCache(config=model.config)
-        first = model(ids[:, :5], past_key_values=cache, use_cache=True)
+        first = model(ids[:, :5], use_cache=True, **{name: cache})
+        assert cache.get_seq_length() == 5
         chunk = model(
-            ids[:, 5:9], past_key_values=first.past_key_values, use_cache=True
+            ids[:, 5:9], use_cache=True, **{name: first.past_key_values}
         )  # several new tokens
         steps = [
-            model(ids[:, t : t + 1], past_key_values=cache, use_cache=True).logits
-            for t in range(9, 12)
+            model(ids[:, t : t + 1], use_cache=True, **{name: cache}).logits for t in range(9, 12)
         ]
     torch.testing.assert_close(first.logits, full[:, :5], atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(chunk.logits, full[:, 5:9], atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(torch.cat(steps, 1), full[:, 9:], atol=1e-5, rtol=1e-4)
 
 
-def test_kv_cache_under_its_newer_name_cache() -> None:
-    """transformers 5.2x's generate passes the cache as cache=: the same cache, the same logits."""
+def test_kv_cache_given_under_both_names_is_refused() -> None:
     model = make_model("tt")
-    ids = torch.randint(0, V, (2, 8))
-    with torch.no_grad():
-        full = model(ids, use_cache=False).logits
-        cache = DynamicCache(config=model.config)
-        model(ids[:, :5], cache=cache, use_cache=True)
-        assert cache.get_seq_length() == 5
-        steps = [model(ids[:, t : t + 1], cache=cache).logits for t in range(5, 8)]
-        with pytest.raises(ValueError, match="once"):
-            model(ids[:, :1], cache=cache, past_key_values=DynamicCache(config=model.config))
-    torch.testing.assert_close(torch.cat(steps, 1), full[:, 5:], atol=1e-5, rtol=1e-4)
+    ids = torch.randint(0, V, (2, 3))
+    with pytest.raises(ValueError, match="once"):
+        model(
+            ids,
+            cache=DynamicCache(config=model.config),
+            past_key_values=DynamicCache(config=model.config),
+        )
 
 
 @pytest.mark.parametrize("tie", TIES)

@@ -39,6 +39,11 @@ from tying.hf.modules import InterfaceHead
 from tying.interface import TokenInterface
 
 _MODEL_FIELDS = tuple(f for f in ModelConfig.__dataclass_fields__)
+#: The output's KV-cache field: `cache` from transformers 5.2x, `past_key_values` before (the
+#: old name still works there, with a deprecation warning).
+_CACHE_FIELD = (
+    "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+)
 
 
 class TyingConfig(PreTrainedConfig):
@@ -298,13 +303,6 @@ class TyingForCausalLM(TyingPreTrainedModel, GenerationMixin):
         return CausalLMOutputWithPast(
             loss=loss, logits=logits, hidden_states=hidden_states, **{_CACHE_FIELD: out_cache}
         )
-
-
-#: The output's KV-cache field: `cache` from transformers 5.2x, `past_key_values` before (the
-#: old name still works there, with a deprecation warning).
-_CACHE_FIELD = (
-    "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
-)
 
 
 def register_auto() -> None:
