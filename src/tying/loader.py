@@ -39,7 +39,7 @@ from tying.data.tokenizer import TextTokenizer, load_tokenizer, wrap_tokenizer
 from tying.hf import HFCausalLM, convert, from_pretrained, is_converted, is_converted_folder, load
 from tying.hf.native import load_tokenizer as load_saved_tokenizer
 from tying.hf.state import CONFIG_KEY
-from tying.interface import InterfaceModel, TokenInterface
+from tying.interface import InterfaceModel, TokenInterface, is_interface_model
 from tying.train.checkpoint import resolve_checkpoint
 from tying.train.restore import load_trained
 
@@ -280,9 +280,9 @@ def wrap_model(
             architecture.
     """
     inner = getattr(model, "model", None)
-    if not isinstance(model, InterfaceModel) and isinstance(inner, InterfaceModel):
+    if not is_interface_model(model) and is_interface_model(inner):
         model = inner  # TyingForCausalLM (model_type "tying") around our Decoder
-    if not isinstance(model, InterfaceModel):
+    if not is_interface_model(model):
         if not hasattr(model, "config") or not hasattr(model, "get_input_embeddings"):
             raise ValueError(
                 f"{type(model).__name__} is neither a tying model (interface, final_norm, "

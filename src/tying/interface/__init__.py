@@ -11,7 +11,7 @@ from tying.interface.loss import linear_cross_entropy
 from tying.interface.untied import Untied
 from tying.interface.transpose import TransposeTying, scale_grad
 from tying.interface.pit import PseudoInverseTying
-from tying.interface.model import InterfaceModel
+from tying.interface.model import InterfaceModel, is_interface_model
 from tying.interface.registry import (
     build_interface,
     check_tie,
@@ -29,6 +29,7 @@ __all__ = [
     "TIES",
     "GradientSplit",
     "InterfaceModel",
+    "is_interface_model",
     "PseudoInverseTying",
     "TokenInterface",
     "TransposeTying",

@@ -3,21 +3,25 @@
 
 Both of tying's model classes satisfy it: `tying.decoder.Decoder` (our decoder) and
 `tying.hf.HFCausalLM` (any converted transformers causal LM). Code that consumes models is
-annotated with `InterfaceModel` and checks it with `isinstance(model, InterfaceModel)`
-(attributes and methods present), never with a list of `hasattr` calls.
+annotated with `InterfaceModel` and checks a model with `is_interface_model(model)`, the one
+structural check, never with a list of `hasattr` calls.
+
+`InterfaceModel` is deliberately not `runtime_checkable`: since Python 3.12, `isinstance(x, P)`
+for a runtime Protocol reads attributes with `inspect.getattr_static`, which does not see an
+`nn.Module`'s submodules (they live in `_modules`, reached through `nn.Module.__getattr__`), so
+every model would be rejected there. `is_interface_model` reads them with plain `getattr`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from torch import Tensor, nn
 
 from tying.interface.base import TokenInterface
 
 
-@runtime_checkable
 class InterfaceModel(Protocol):
     """A causal LM whose token interface is the one seam between ids and the network.
 
@@ -47,3 +51,26 @@ class InterfaceModel(Protocol):
         """Logits (B, T, V) without targets; with targets (B, T) (already shifted: position t
         predicts targets[t]; -100 ignored) the mean next-token cross-entropy in nats/token."""
         ...
+
+
+#: The methods `InterfaceModel` promises.
+_METHODS = ("residual_states", "final_hidden", "forward")
+
+
+def is_interface_model(obj: object) -> bool:
+    """Whether `obj` offers the `InterfaceModel` API: an `nn.Module` whose `interface` is a
+    `TokenInterface`, with a `final_norm` module, a sequence of `blocks` and callable
+    `residual_states`, `final_hidden` and `forward`.
+
+    Attributes are read with `getattr`, so submodules registered in `nn.Module._modules` count
+    (an `isinstance` against a runtime Protocol misses them on Python >= 3.12).
+    """
+    if not isinstance(obj, nn.Module):
+        return False
+    if not isinstance(getattr(obj, "interface", None), TokenInterface):
+        return False
+    if not isinstance(getattr(obj, "final_norm", None), nn.Module):
+        return False
+    if not isinstance(getattr(obj, "blocks", None), (nn.ModuleList, Sequence)):
+        return False
+    return all(callable(getattr(obj, name, None)) for name in _METHODS)
