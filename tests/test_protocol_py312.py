@@ -45,7 +45,9 @@ _CHILD = textwrap.dedent(
 )
 
 #: a decorator or call of runtime_checkable (mentions in prose do not count)
-_RUNTIME_PROTOCOL = re.compile(r"@(typing\.|typing_extensions\.)?runtime_checkable|runtime_checkable\(")
+_RUNTIME_PROTOCOL = re.compile(
+    r"@(typing\.|typing_extensions\.)?runtime_checkable|runtime_checkable\("
+)
 
 
 def _run_child(tie: str) -> subprocess.CompletedProcess[str]:
