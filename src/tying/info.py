@@ -6,21 +6,34 @@ import platform
 from typing import Any
 
 
+#: The Python and torch versions the project's tests ran on (README, "Tested versions"): CI on
+#: CPython 3.11 with torch 2.13 (CPU); `make test-compat` with the lowest admitted torch and 2.11;
+#: the GPU machine with CPython 3.12 and torch 2.11 + CUDA 13.
+TESTED = {"python": ["3.11", "3.12"], "torch": ["2.4.1", "2.11.0", "2.13.0"]}
+
+
 def environment_info() -> dict[str, Any]:
-    """Versions of tying, Python, torch, transformers (None when absent) and the devices."""
+    """Versions of tying, Python, torch, transformers (None when absent), the versions the
+    project tested, and the device, precision and compilation a verb picks on "auto"."""
     import torch
 
     import tying
-    from tying.devices import cpu_has_fast_bf16, resolve_precision
+    from tying.devices import cpu_has_fast_bf16, resolve_device, resolve_precision
 
+    device = resolve_device("auto")
     info: dict[str, Any] = {
         "tying": tying.__version__,
         "python": platform.python_version(),
         "torch": torch.__version__,
+        "tested_python": ", ".join(TESTED["python"]),
+        "tested_torch": ", ".join(TESTED["torch"]),
+        "device": str(device),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "compile_auto": _compile_auto(device),
         "cuda_available": torch.cuda.is_available(),
         "cpu_threads": torch.get_num_threads(),
         "cpu_fast_bf16": cpu_has_fast_bf16(),
-        "auto_precision": resolve_precision("auto", "cuda" if torch.cuda.is_available() else "cpu"),
+        "auto_precision": resolve_precision("auto", device),
     }
     for package in ("transformers", "peft", "lm_eval"):
         try:
@@ -29,3 +42,11 @@ def environment_info() -> dict[str, Any]:
         except ImportError:
             info[package] = None
     return info
+
+
+def _compile_auto(device: Any) -> bool:
+    """What `tying train compile=auto` picks on `device` (tying.train.loop.resolve_compile)."""
+    from tying.train.config import TrainConfig
+    from tying.train.loop import resolve_compile
+
+    return resolve_compile("auto", device, TrainConfig())

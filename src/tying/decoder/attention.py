@@ -60,10 +60,27 @@ class GroupedQueryAttention(nn.Module):
                 (a transformers `Cache`); the new keys/values are appended to it.
             layer_idx: index of this block in the cache.
         """
-        B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        return self.attend(
+            self.q_proj(x), self.k_proj(x), self.v_proj(x), cos, sin, attn_mask, cache, layer_idx
+        )
+
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        attn_mask: Tensor | None = None,
+        cache: Any | None = None,
+        layer_idx: int = 0,
+    ) -> Tensor:
+        """The branch after its input projections: q (B, T, H·D), k and v (B, T, K·D) ->
+        (B, T, d). Arguments otherwise as in `forward`."""
+        B, T, _ = q.shape
+        q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        k = k.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q = apply_rotary(q, cos, sin)
         k = apply_rotary(k, cos, sin)
         if cache is not None:

@@ -98,8 +98,46 @@ def polar(M: Tensor, rank_rtol: float | None = None) -> Polar:
     return Polar(U=U, H=H, singular_values=S)
 
 
+#: Coupled Newton–Schulz iterations of `newton_schulz_inverse_sqrt` (quadratic convergence:
+#: from ‖I − A‖₂ ≤ 0.9 to float64 rounding within about 12; the rest is margin).
+NEWTON_SCHULZ_STEPS = 24
+
+
+def newton_schulz_inverse_sqrt(G: Tensor, eps: float = 0.0) -> Tensor:
+    """(G + eps I)^{-1/2} of an SPD d×d matrix by coupled Newton–Schulz iterations, float64.
+
+    With A = (G + eps I)/c, Y₀ = A, P₀ = I and S_k = (3I − P_k Y_k)/2:
+    Y_{k+1} = Y_k S_k → A^{1/2}, P_{k+1} = S_k P_k → A^{-1/2}, so (G + eps I)^{-1/2} = P/√c.
+    The iteration converges when ‖I − A‖₂ < 1: c = 1 when ‖G + eps I − I‖_F < 0.9 (the case
+    of a Z retracted at the previous step and moved by one optimizer step), else c = ‖G + eps I‖_F
+    (≥ λ_max), chosen on the device. Only matrix products: no eigendecomposition and no host
+    sync, which on a GPU makes it ~10× cheaper than `torch.linalg.eigh` (benchmarks/gpu.py).
+    A G that is not positive definite gives a non-finite or wrong result instead of an error;
+    a training run then stops on its non-finite loss.
+    """
+    d = G.shape[0]
+    eye = torch.eye(d, dtype=torch.float64, device=G.device)
+    A = 0.5 * (G + G.T).to(torch.float64) + eps * eye
+    near_identity = torch.linalg.matrix_norm(A - eye) < 0.9
+    c = torch.where(
+        near_identity,
+        torch.ones((), dtype=torch.float64, device=G.device),
+        torch.linalg.matrix_norm(A),
+    )
+    Y, P = A / c, eye
+    for _ in range(NEWTON_SCHULZ_STEPS):
+        S = 0.5 * (3.0 * eye - P @ Y)
+        Y, P = Y @ S, S @ P
+    return P / c.sqrt()
+
+
 def spd_inverse_sqrt(G: Tensor, eps: float = 0.0) -> Tensor:
-    """(G + eps I)^{-1/2} of a symmetric positive (semi)definite d×d matrix, float64."""
+    """(G + eps I)^{-1/2} of a symmetric positive (semi)definite d×d matrix, float64.
+
+    On the CPU by an eigendecomposition (raises when G is not positive definite); on an
+    accelerator by `newton_schulz_inverse_sqrt` (no host sync)."""
+    if G.device.type != "cpu":
+        return newton_schulz_inverse_sqrt(G, eps)
     G64 = 0.5 * (G + G.T).to(torch.float64)
     with single_threaded():
         evals, evecs = torch.linalg.eigh(G64)

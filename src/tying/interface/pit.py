@@ -479,16 +479,20 @@ class PseudoInverseTying(TokenInterface):
         return self.input_bias is not None
 
     def embed(self, input_ids: Tensor) -> Tensor:
-        """Z[ids] T^{-1} (+ b): (...) int -> (..., d), solving only for the distinct ids present."""
+        """Z[ids] T^{-1} (+ b): (...) int -> (..., d); on the CPU only the distinct ids present
+        are solved for, on an accelerator (or compiled) every row, without a host sync."""
         self._check_ids(input_ids)
         flat = input_ids.reshape(-1)
-        unique_ids, inverse = torch.unique(flat, return_inverse=True)
         z = self._on_side("input", "z", self.z)
         L = self.cholesky_factor(self._on_side("input", "l_param", self.l_param))
+        if flat.device.type == "cpu" and not torch.compiler.is_compiling():
+            unique_ids, inverse = torch.unique(flat, return_inverse=True)
+        else:  # torch.unique would be a host sync (and a graph break): solve every row
+            unique_ids, inverse = flat, None
         X = self._apply_inverse_transform(z[unique_ids], L)
         if self.input_bias is not None:
             X = X + self._on_side("input", "input_bias", self.input_bias).to(X.dtype)
-        out = X[inverse].to(self.z.dtype)
+        out = (X if inverse is None else X[inverse]).to(self.z.dtype)
         return out.reshape(*input_ids.shape, self.d_model)
 
     def _head_input(self, hidden: Tensor) -> Tensor:

@@ -82,7 +82,8 @@ class TrainConfig:
         beta2: AdamW second-moment decay.
         grad_clip: maximum global gradient norm (0 = no clipping).
         precision: auto, bf16 (autocast) or fp32; auto = bf16 where the hardware has it.
-        compile: wrap the model in torch.compile.
+        compile: wrap the model in torch.compile: true, false, or auto (on CUDA with Triton,
+            unless track_gradient_paths; off on the CPU).
         seed: initialisation and data order.
         deterministic: use deterministic kernels, so a resumed run repeats the losses exactly.
         eval_every: steps between validation passes (0 = only at the end).
@@ -135,7 +136,7 @@ class TrainConfig:
     beta2: float = 0.95
     grad_clip: float = 1.0
     precision: Literal["auto", "bf16", "fp32"] = "auto"
-    compile: bool = False
+    compile: bool | Literal["auto"] = "auto"
     seed: int = 0
     deterministic: bool = True
 

@@ -40,17 +40,18 @@ def evaluate(
     """
     was_training = model.training
     model.eval()
-    total, count = 0.0, 0
+    # summed on the device in float64, read once at the end: no host sync per batch
+    total, count = torch.zeros((), dtype=torch.float64, device=device), 0
     try:
         for inputs, targets in eval_batches(store, seq_len, batch_size, max_tokens=max_tokens):
             with autocast():
                 loss = model(inputs.to(device), targets.to(device))
             n = targets.numel()
-            total += float(loss) * n
+            total += loss.detach().double() * n
             count += n
     finally:
         model.train(was_training)
     if count == 0:
         raise ValueError(f"no evaluation windows of seq_len={seq_len} in {store.folder}")
-    mean = total / count
+    mean = float(total) / count
     return {"loss": mean, "ppl": math.exp(min(mean, 700.0)), "tokens": count}

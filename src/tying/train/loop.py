@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from tying.config import ConfigError, save_config, to_dict
+from tying.data.batches import check_token_ids
 from tying.devices import autocast_for, resolve_precision
 from tying.train import checkpoint as ckpt
 from tying.train.build import TrainingSetup, build_setup
@@ -78,6 +79,27 @@ class TrainResult:
             "val_loss": self.val_loss,
             "elapsed_s": round(self.elapsed_s, 2),
         }
+
+
+def resolve_compile(setting: bool | str, device: torch.device, cfg: TrainConfig) -> bool:
+    """Whether the step runs under `torch.compile`: `compile` true/false as given; "auto" = on
+    CUDA with Triton present, unless the run tracks gradient paths (tensor hooks per step) or
+    TYING_COMPILE=0; off on the CPU (compilation costs minutes there and gains little at CPU
+    sizes)."""
+    if setting != "auto":
+        return bool(setting)
+    if device.type != "cuda" or cfg.track_gradient_paths or os.environ.get("TYING_COMPILE") == "0":
+        return False
+    from torch.utils._triton import has_triton
+
+    return has_triton()
+
+
+def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host batch on `device`: through pinned memory and an asynchronous copy on CUDA."""
+    if device.type != "cuda":
+        return batch.to(device)
+    return batch.pin_memory().to(device, non_blocking=True)
 
 
 def autocast_context(cfg: TrainConfig, device: torch.device) -> AbstractContextManager:
@@ -283,7 +305,9 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
     wrapped = wrap_model(objective, info, cfg.distributed)
     # the student's parameters only (a distilling objective also holds the frozen teacher)
     optimizer = optimizers_for_run(model, cfg)
-    step_model = torch.compile(wrapped) if cfg.compile else wrapped
+    compiled = resolve_compile(cfg.compile, info.device, cfg)
+    step_model = torch.compile(wrapped) if compiled else wrapped
+    vocab_size = interface.vocab_size
 
     start_step, tokens_seen, elapsed_before = 0, 0, 0.0
     if resume_from is not None:
@@ -385,7 +409,9 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
             parts_sum = torch.zeros(2, device=info.device)
             for micro in range(accum):
                 inputs, targets = sampler.next_batch()
-                inputs, targets = inputs.to(info.device), targets.to(info.device)
+                check_token_ids(inputs, vocab_size)  # on the host: no sync in the forward
+                check_token_ids(targets, vocab_size)
+                inputs, targets = to_device(inputs, info.device), to_device(targets, info.device)
                 sync = micro == accum - 1 or not (info.enabled and cfg.distributed == "ddp")
                 with (
                     nullcontext() if sync else wrapped.no_sync(),
@@ -399,12 +425,19 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
                     loss = out
                 (loss / accum).backward()
                 loss_sum += loss.detach().float()
-            step_loss = float(all_reduce_mean(loss_sum / accum, info))
-            if cfg.distill.enabled:
-                ce_mean, kl_mean = all_reduce_mean(parts_sum / accum, info).tolist()
-                extra_parts = {"ce": ce_mean, "kl": kl_mean}
-            else:
-                extra_parts = {}
+            extra = tracker.finish_step() if tracker is not None else {}
+            max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
+            norm = torch.nn.utils.clip_grad_norm_(unwrap(wrapped).parameters(), max_norm)
+            if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor (the global norm on every rank)
+                norm = norm.full_tensor()
+            # The step's one host sync: loss, gradient norm and (distilling) CE and KL together.
+            means = all_reduce_mean(
+                torch.cat([(loss_sum / accum).reshape(1), parts_sum / accum]), info
+            )
+            step_loss, ce_mean, kl_mean, grad_norm = torch.cat(
+                [means, norm.detach().float().reshape(1).to(means.device)]
+            ).tolist()
+            extra_parts = {"ce": ce_mean, "kl": kl_mean} if cfg.distill.enabled else {}
             if not math.isfinite(step_loss):
                 optimizer.zero_grad(set_to_none=True)
                 last, _ = ckpt.latest_good_checkpoint(run_dir)
@@ -419,11 +452,6 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
                     )
                     + " Lower lr, raise warmup_steps, or use precision=fp32, then resume=true."
                 )
-            extra = tracker.finish_step() if tracker is not None else {}
-            max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
-            grad_norm = float(
-                torch.nn.utils.clip_grad_norm_(unwrap(wrapped).parameters(), max_norm)
-            )
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             tokens_seen += cfg.global_batch_tokens

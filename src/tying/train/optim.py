@@ -345,6 +345,16 @@ class Optimizers:
         raise ValueError("no optimizer of this run updates that parameter")
 
 
+def fused_on_device(groups: list[dict[str, Any]]) -> bool:
+    """Whether AdamW runs fused (one kernel for every parameter): when every parameter is a
+    plain CUDA tensor. The CPU keeps the for-each implementation, whose results earlier runs
+    and the recorded regression values were made with; FSDP2's DTensors keep it too."""
+    params = [p for g in groups for p in g["params"]]
+    return bool(params) and all(
+        p.device.type == "cuda" and type(p.data) is torch.Tensor for p in params
+    )
+
+
 def build_optimizers(
     model: nn.Module,
     *,
@@ -380,7 +390,7 @@ def build_optimizers(
     spd = [g for g in groups if g["name"] == "pit_l" and t_optimizer == "riemannian_adam"]
     euclidean = [g for g in groups if not any(g is s for s in stiefel + spd)]
     optimizers: list[torch.optim.Optimizer] = [
-        torch.optim.AdamW(euclidean, lr=lr, betas=betas, fused=False)
+        torch.optim.AdamW(euclidean, lr=lr, betas=betas, fused=fused_on_device(euclidean))
     ]
     if stiefel:
         optimizers.append(_riemannian_adam(stiefel[0], betas))

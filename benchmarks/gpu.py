@@ -1,0 +1,595 @@
+"""Benchmark: every GPU measurement of the project in one run, written to one JSON.
+
+Sections, in order (each is timed; one that fails records its error and the run goes on; the
+JSON is rewritten after each, so a run cut by its time limit keeps what it measured):
+
+- `machine`: GPU, driver, Python, torch, Triton, transformers; the bf16 matrix peak
+  (8192³ products on random data, median of 10) and the device-to-device copy bandwidth
+  (bytes read + written), both measured here: every MFU below is over THIS peak.
+- `flash`: whether SDPA's flash kernel runs our attention shape (bf16, causal, GQA with
+  `enable_gqa`), and its time against SDPA's default choice.
+- `steps`: one training step (forward, backward, clipping, AdamW, fused on CUDA) of the `small`
+  preset (d 768, 16 layers, V 50,257) on 16 × 1,024 tokens under bf16 autocast: our Decoder
+  TT eager and compiled, PIT (trainable Z, retraction every step) and untied compiled, and
+  transformers' LlamaForCausalLM of the same shape (tied) eager and compiled. Per variant:
+  median step time (CUDA events), tokens/s, MFU = (6·N + 12·L·T·d)·tokens / time / peak
+  (N = parameters in matrix products, the head once; `benchmarks/train_throughput.py`), peak
+  memory, the losses of every step. Eager and compiled TT start from the same weights and read
+  the same batches: their losses must agree step for step (compiled = eager).
+- `train`: `tying train preset=small` (seq 1,024, 16,384 tokens/step, compile and precision
+  auto) on Gutenberg text for `--train-steps` steps: the median tokens/s of the steps after
+  the first 10 (compilation) and its MFU; then `tying probe` and `tying lens --kind logit` on
+  that run (exit status, seconds).
+- `lens`: the logit lens of a SmolLM2-135M-shaped model (random weights: d 576, 30 layers,
+  V 49,152) on 8 × 1,024 tokens in bf16, against its floor, the (L + 1) bf16 head products
+  alone, measured side by side.
+- `generation`: batched greedy generation (`tying.evaluation.generate.greedy_generate`)
+  against transformers' `generate` on that model: time and identical tokens.
+
+Usage (on a machine with a GPU; `--quick` runs tiny shapes, also on the CPU, to test the
+script):
+    python benchmarks/gpu.py [--out benchmarks/results/gpu.json] [--budget-s 420] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from train_throughput import hf_llama, step_flops  # noqa: E402
+
+#: SmolLM2-135M's shape (the lens and generation sections use it with random weights).
+SMOLLM2_SHAPE = {
+    "vocab_size": 49152,
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn: Callable[[], Any], device: torch.device, reps: int) -> list[float]:
+    """Seconds of `reps` calls of `fn`, each bracketed by synchronisation (CUDA events on GPU)."""
+    times = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+# ---------------------------------------------------------------------------- machine
+def machine(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "device": str(device),
+    }
+    for name in ("transformers", "triton", "peft"):
+        try:
+            info[name] = __import__(name).__version__
+        except Exception as error:  # recorded, not fatal
+            info[name] = f"unavailable ({type(error).__name__})"
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(
+            gpu=props.name,
+            multiprocessors=props.multi_processor_count,
+            memory_gib=round(props.total_memory / 2**30, 1),
+            cuda=torch.version.cuda,
+        )
+    n = 1024 if args.quick else 8192
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    out = torch.empty(n, n, device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        torch.mm(a, b, out=out)
+    t = statistics.median(_timed(lambda: torch.mm(a, b, out=out), device, 10))
+    info["matmul_peak_bf16_flops"] = 2 * n**3 / t
+    src = torch.empty(2**28 if not args.quick else 2**22, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    t = statistics.median(_timed(lambda: dst.copy_(src), device, 10))
+    info["copy_bytes_per_s"] = 2 * src.numel() / t
+    return info
+
+
+# ---------------------------------------------------------------------------- flash
+def flash(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    B, H, K, T, D = (2, 4, 1, 64, 64) if args.quick else (16, 12, 3, 1024, 64)
+    q = torch.randn(B, H, T, D, device=device, dtype=torch.bfloat16)
+    k = torch.randn(B, K, T, D, device=device, dtype=torch.bfloat16)
+    v = torch.randn(B, K, T, D, device=device, dtype=torch.bfloat16)
+
+    def default() -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    result: dict[str, Any] = {"shape": [B, H, K, T, D]}
+    reference = default()
+    result["default_s"] = statistics.median(_timed(default, device, 10))
+    try:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            got = default()
+            result["flash_s"] = statistics.median(_timed(default, device, 10))
+        result["flash_runs"] = True
+        result["flash_vs_default_max_abs_diff"] = float((got - reference).abs().max())
+    except RuntimeError as error:
+        result["flash_runs"] = False
+        result["flash_error"] = str(error).splitlines()[0]
+    return result
+
+
+# ---------------------------------------------------------------------------- steps
+def _batches(vocab: int, batch: int, seq: int, n: int, device: torch.device) -> list[tuple]:
+    g = torch.Generator().manual_seed(1234)
+    out = []
+    for _ in range(n):
+        ids = torch.randint(0, vocab, (batch, seq + 1), generator=g)
+        out.append((ids[:, :-1].contiguous().to(device), ids[:, 1:].contiguous().to(device)))
+    return out
+
+
+def _our_model(preset: str, tie: str, vocab: int, seq: int) -> torch.nn.Module:
+    from tying.decoder import Decoder, preset_config
+
+    extra = {"pit_trainable_z": True} if tie == "pit" else {}
+    torch.manual_seed(0)
+    return Decoder(
+        preset_config(preset, vocab_size=vocab, tie=tie, max_seq_len=max(seq, 1024), **extra)
+    )
+
+
+def _step_fn(model: torch.nn.Module, hf: bool, compiled: bool, device: torch.device):
+    """One training step of `model` as `tying train` takes it: bf16 autocast, clip at 1,
+    AdamW (fused on CUDA; PIT's Z retracted after each step). Returns (step(x, y) -> loss tensor)."""
+    from tying.train.optim import build_optimizers
+
+    model.to(device)
+    if hf:
+        opt = torch.optim.AdamW(
+            model.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=device.type == "cuda"
+        )
+        step_opt = opt.step
+        zero = opt.zero_grad
+    else:
+        opts = build_optimizers(model, lr=1e-4, weight_decay=0.1, betas=(0.9, 0.95))
+        if getattr(model.interface, "trainable_z", False):
+            model.interface.attach_retraction(opts.optimizer_of(model.interface.z))
+        step_opt = opts.step
+        zero = opts.zero_grad
+    forward = torch.compile(model) if compiled else model
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = forward(input_ids=x, labels=x).loss if hf else forward(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        step_opt()
+        zero(set_to_none=True)
+        return loss.detach()
+
+    return step
+
+
+def steps(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    preset = "tiny" if args.quick else "small"
+    batch, seq = (2, 64) if args.quick else (16, 1024)
+    vocab = 50257
+    warmup, reps = (2, 3) if args.quick else (3, args.reps)
+    data = _batches(vocab, batch, seq, 4, device)
+    from tying.decoder import preset_config
+
+    cfg = preset_config(preset, vocab_size=vocab, tie="tt", max_seq_len=max(seq, 1024))
+    tokens = batch * seq
+    flops = step_flops(cfg, tokens, seq)
+    variants = {
+        "ours_tt_eager": lambda: (_our_model(preset, "tt", vocab, seq), False, False),
+        "ours_tt_compiled": lambda: (_our_model(preset, "tt", vocab, seq), False, True),
+        "hf_llama_compiled": lambda: (hf_llama(cfg), True, True),
+        "ours_pit_compiled": lambda: (_our_model(preset, "pit", vocab, seq), False, True),
+        "hf_llama_eager": lambda: (hf_llama(cfg), True, False),
+        "ours_untied_compiled": lambda: (_our_model(preset, "untied", vocab, seq), False, True),
+    }
+    out: dict[str, Any] = {
+        "preset": preset,
+        "tokens_per_step": tokens,
+        "seq_len": seq,
+        "step_flops": flops,
+        "variants": {},
+    }
+    for name, make in variants.items():
+        if time.perf_counter() - args.t0 > args.budget_s * 0.55:
+            out["variants"][name] = {"skipped": "time budget"}
+            continue
+        try:
+            torch.manual_seed(0)
+            model, hf, compiled = make()
+            step = _step_fn(model, hf, compiled, device)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            losses: list[float] = []
+            t0 = time.perf_counter()
+            for i in range(warmup):
+                losses.append(float(step(*data[i % len(data)])))
+            warm_s = time.perf_counter() - t0
+            i = warmup
+            times = []
+            for _ in range(reps):
+                x, y = data[i % len(data)]
+                loss_box: list[torch.Tensor] = []
+                times += _timed(
+                    lambda x=x, y=y, box=loss_box, fn=step: box.append(fn(x, y)), device, 1
+                )
+                losses.append(float(loss_box[0]))
+                i += 1
+            med = statistics.median(times)
+            entry = {
+                "step_s_median": med,
+                "step_s_all": times,
+                "warmup_s": warm_s,
+                "tokens_per_s": tokens / med,
+                "losses": losses,
+            }
+            if device.type == "cuda":
+                entry["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+            out["variants"][name] = entry
+            print(f"  {name}: {med * 1e3:.1f} ms/step, {tokens / med:,.0f} tokens/s", flush=True)
+            del model, step
+        except Exception as error:
+            out["variants"][name] = {"error": repr(error), "traceback": traceback.format_exc()}
+            print(f"  {name}: FAILED {error!r}", flush=True)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return out
+
+
+def _step_summary(section: dict[str, Any], peak: float) -> dict[str, Any]:
+    """MFU per variant and the ratios the issue names."""
+    v = section["variants"]
+    ok = {k: e for k, e in v.items() if "step_s_median" in e}
+    for entry in ok.values():
+        entry["mfu"] = section["step_flops"] / entry["step_s_median"] / peak
+    summary: dict[str, Any] = {}
+
+    def ratio(a: str, b: str) -> float | None:
+        return ok[a]["step_s_median"] / ok[b]["step_s_median"] if a in ok and b in ok else None
+
+    summary["ours_compiled_over_hf_compiled_tokens_per_s"] = ratio(
+        "hf_llama_compiled", "ours_tt_compiled"
+    )
+    summary["pit_over_tt_step_time_compiled"] = ratio("ours_pit_compiled", "ours_tt_compiled")
+    summary["untied_over_tt_step_time_compiled"] = ratio("ours_untied_compiled", "ours_tt_compiled")
+    summary["compiled_over_eager_speedup_ours"] = ratio("ours_tt_eager", "ours_tt_compiled")
+    if "ours_tt_eager" in ok and "ours_tt_compiled" in ok:
+        a, b = ok["ours_tt_eager"]["losses"], ok["ours_tt_compiled"]["losses"]
+        n = min(len(a), len(b), 8)
+        summary["compiled_vs_eager_max_abs_loss_diff_first_steps"] = max(
+            abs(x - y) for x, y in zip(a[:n], b[:n], strict=True)
+        )
+        summary["compiled_loss_moves"] = b[n - 1] < b[0] - 1e-3
+    return summary
+
+
+# ---------------------------------------------------------------------------- train
+def _cli(argv: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "tying", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+        )
+        rc, tail = done.returncode, (done.stdout + done.stderr)[-1500:]
+    except subprocess.TimeoutExpired as error:
+        rc, tail = 124, str(error)[-500:]
+    return {"argv": argv, "rc": rc, "seconds": time.perf_counter() - t0, "output_tail": tail}
+
+
+def train(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    run = Path(args.work) / "train-small"
+    seq, micro = (64, 2) if args.quick else (1024, 16)
+    argv = [
+        "train",
+        f"preset={'tiny' if args.quick else 'small'}",
+        "tie=tt",
+        f"seq_len={seq}",
+        f"micro_batch_size={micro}",
+        f"global_batch_tokens={seq * micro}",
+        f"max_steps={args.train_steps}",
+        "eval_every=0",
+        f"eval_tokens={seq * micro}",
+        "checkpoint_every=0",
+        "max_documents=24",
+        "warmup_steps=5",
+        "progress=false",
+        "tensorboard=false",
+        f"out={run}",
+    ]
+    env = dict(os.environ)
+    result: dict[str, Any] = {"train": _cli(argv, env, timeout=args.budget_s * 0.4)}
+    metrics = run / "metrics.jsonl"
+    if metrics.is_file():
+        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        rates = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r and r["step"] > 10]
+        if rates:
+            result["tokens_per_s_median_after_step_10"] = statistics.median(rates)
+            result["steps_measured"] = len(rates)
+        result["final_loss"] = next((r["loss"] for r in reversed(rows) if "loss" in r), None)
+    if result["train"]["rc"] == 0:
+        budget = max(30.0, args.budget_s - (time.perf_counter() - args.t0) - 120)
+        result["probe"] = _cli(["probe", str(run), "--out", str(run / "probe")], env, budget / 2)
+        result["lens"] = _cli(
+            [
+                "lens",
+                str(run),
+                "--kind",
+                "logit",
+                "--max-tokens",
+                "4096",
+                "--out",
+                str(run / "lens"),
+            ],
+            env,
+            budget / 2,
+        )
+    return result
+
+
+# ---------------------------------------------------------------------------- lens + generation
+def _smollm2_shaped(device: torch.device, quick: bool):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tying.loader import wrap_model
+
+    shape = dict(SMOLLM2_SHAPE)
+    if quick:
+        shape.update(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2)
+        shape.update(num_attention_heads=4, num_key_value_heads=2)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        **shape,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
+    loaded = wrap_model(LlamaForCausalLM(config).eval(), name="smollm2-shaped (random)")
+    loaded.model.to(device)
+    return loaded
+
+
+def lens(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    from tying.lens import LogitLens, evaluate_lens
+    from tying.lens.head import LensHead
+
+    lm = _smollm2_shaped(device, args.quick)
+    V, d, entries = lm.vocab_size, lm.d_model, lm.n_entries
+    g = torch.Generator().manual_seed(0)
+    n_batches, seq = (2, 64) if args.quick else (8, 1024)
+    batches = [torch.randint(0, V, (1, seq), generator=g) for _ in range(n_batches)]
+    n = n_batches * seq
+    head = LensHead.of(lm, "bf16")
+    chunk = 1024
+    h = torch.randn(chunk, d, device=device).bfloat16()
+    buf = torch.empty(chunk, V, dtype=torch.bfloat16, device=device)
+    weight = head.weight.to(device)
+
+    def floor() -> None:
+        for start in range(0, n, chunk):
+            rows = min(chunk, n - start)
+            for _ in range(entries):
+                torch.mm(h[:rows], weight.t(), out=buf[:rows])
+
+    kls: dict[str, list[float]] = {}
+
+    def lens_run(precision: str) -> Callable[[], None]:
+        def run() -> None:
+            kls[precision] = evaluate_lens(
+                lm, LogitLens(), batches, precision=precision, device=device
+            ).kl
+
+        return run
+
+    t0 = time.perf_counter()
+    for fn in (floor, lens_run("bf16"), lens_run("fp32")):  # warm-up (compiles the row kernels)
+        fn()
+    _sync(device)
+    warm = time.perf_counter() - t0
+    times = {
+        name: statistics.median(_timed(fn, device, 3))
+        for name, fn in (
+            ("head_matmul_bf16", floor),
+            ("logit_lens_bf16", lens_run("bf16")),
+            ("logit_lens_fp32", lens_run("fp32")),
+        )
+    }
+    return {
+        "model": "SmolLM2-135M shape, random weights",
+        "tokens": n,
+        "entries": entries,
+        "warmup_s": warm,
+        "time_s": times,
+        "ratio_lens_over_head_matmul_bf16": times["logit_lens_bf16"] / times["head_matmul_bf16"],
+        "max_abs_kl_diff_bf16_vs_fp32_bits": max(
+            abs(a - b) for a, b in zip(kls["bf16"], kls["fp32"], strict=True)
+        ),
+    }
+
+
+def generation(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    from tying.evaluation.generate import greedy_generate
+
+    lm = _smollm2_shaped(device, args.quick)
+    model = lm.model.hf_model if hasattr(lm.model, "hf_model") else lm.model
+    V = model.config.vocab_size
+    batch, prompt, new = (2, 16, 8) if args.quick else (8, 128, 128)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, V, (batch, prompt), generator=g).to(device)
+    mask = torch.ones_like(ids)
+
+    def hf() -> torch.Tensor:
+        return model.generate(
+            ids, attention_mask=mask, max_new_tokens=new, do_sample=False, pad_token_id=2
+        )
+
+    def ours() -> torch.Tensor:
+        return greedy_generate(model, ids, mask, max_new_tokens=new, eos_token_id=2, pad_token_id=2)
+
+    with torch.no_grad():
+        reference, mine = hf(), ours()
+        times = {
+            "generate": statistics.median(_timed(hf, device, 3)),
+            "ours": statistics.median(_timed(ours, device, 3)),
+        }
+    return {
+        "model": "SmolLM2-135M shape, random weights, float32",
+        "batch": batch,
+        "prompt_tokens": prompt,
+        "new_tokens": int(reference.shape[1] - prompt),
+        "identical_tokens": bool(torch.equal(reference, mine)),
+        "time_s": times,
+        "ratio_generate_over_ours": times["generate"] / times["ours"],
+    }
+
+
+SECTIONS: dict[str, Callable[[argparse.Namespace, torch.device], dict[str, Any]]] = {
+    "machine": machine,
+    "flash": flash,
+    "steps": steps,
+    "train": train,
+    "lens": lens,
+    "generation": generation,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "gpu.json"))
+    parser.add_argument("--work", default="/tmp/tying-gpu-bench", help="run folders go here")
+    parser.add_argument("--budget-s", type=float, default=420.0, help="stop starting sections")
+    parser.add_argument("--reps", type=int, default=10, help="timed steps per variant")
+    parser.add_argument("--train-steps", type=int, default=40)
+    parser.add_argument("--sections", default=",".join(SECTIONS))
+    parser.add_argument("--quick", action="store_true", help="tiny shapes (tests the script)")
+    args = parser.parse_args()
+    args.t0 = time.perf_counter()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 stays fp32, as in `tying train`
+    result: dict[str, Any] = {
+        "benchmark": "GPU: training steps, tying train, logit lens, generation",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "quick": args.quick,
+    }
+    out = Path(args.out)
+    for name in [s for s in args.sections.split(",") if s]:
+        elapsed = time.perf_counter() - args.t0
+        if elapsed > args.budget_s:
+            result[name] = {"skipped": f"time budget ({elapsed:.0f} s)"}
+            continue
+        print(f"[{elapsed:6.1f} s] {name}", flush=True)
+        t0 = time.perf_counter()
+        try:
+            result[name] = SECTIONS[name](args, device)
+        except Exception as error:
+            result[name] = {"error": repr(error), "traceback": traceback.format_exc()}
+            print(f"  FAILED: {error!r}", flush=True)
+        result[name]["section_s"] = time.perf_counter() - t0
+        if name == "steps" and "machine" in result and "variants" in result["steps"]:
+            peak = result["machine"].get("matmul_peak_bf16_flops")
+            if peak:
+                result["steps"]["summary"] = _step_summary(result["steps"], peak)
+        if name == "train" and "tokens_per_s_median_after_step_10" in result[name]:
+            peak = result.get("machine", {}).get("matmul_peak_bf16_flops")
+            steps_section = result.get("steps", {})
+            if peak and "step_flops" in steps_section:
+                rate = result[name]["tokens_per_s_median_after_step_10"]
+                per_token = steps_section["step_flops"] / steps_section["tokens_per_step"]
+                result[name]["mfu"] = rate * per_token / peak
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+    result["total_s"] = time.perf_counter() - args.t0
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(_table(result), flush=True)
+    print(f"wrote {out}")
+
+
+def _table(result: dict[str, Any]) -> str:
+    """The short summary printed last."""
+    lines = []
+    m = result.get("machine", {})
+    if "matmul_peak_bf16_flops" in m:
+        lines.append(
+            f"{m.get('gpu', m.get('device'))}: bf16 peak {m['matmul_peak_bf16_flops'] / 1e12:.0f} TFLOP/s"
+        )
+    for name, e in result.get("steps", {}).get("variants", {}).items():
+        if "step_s_median" in e:
+            lines.append(
+                f"{name:22s} {e['step_s_median'] * 1e3:7.1f} ms {e['tokens_per_s']:>10,.0f} tok/s "
+                f"MFU {e.get('mfu', float('nan')):.1%}"
+            )
+        else:
+            lines.append(f"{name:22s} {e.get('skipped') or e.get('error', '')[:80]}")
+    lines.append(f"summary: {json.dumps(result.get('steps', {}).get('summary', {}))}")
+    t = result.get("train", {})
+    lines.append(
+        f"tying train: {t.get('tokens_per_s_median_after_step_10')} tok/s, MFU {t.get('mfu')}; "
+        f"rc train {t.get('train', {}).get('rc')} probe {t.get('probe', {}).get('rc')} "
+        f"lens {t.get('lens', {}).get('rc')}"
+    )
+    for key in ("lens", "generation"):
+        e = result.get(key, {})
+        lines.append(
+            f"{key}: "
+            + json.dumps(
+                {
+                    k: v
+                    for k, v in e.items()
+                    if "ratio" in k or k == "identical_tokens" or k == "error"
+                }
+            )
+        )
+    lines.append(f"total {result.get('total_s', 0):.0f} s")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""The GPU path, where users train: compiled = eager, SIGKILL + resume bitwise with compile on,
+the lens in bf16 against fp32, the probe, a LoRA finetune and greedy generation on CUDA.
+
+All tests are marked `cuda` and skip without a GPU (`pytest -m cuda` runs them alone)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from ..conftest import as_overrides, random_llama, tiny_train_settings
+
+pytestmark = pytest.mark.cuda
+
+#: 8 AdamW steps of the tiny preset: compiled and eager losses must agree this closely (nats).
+LOSS_TOL = 1e-3
+
+
+def _steps(model: torch.nn.Module, compiled: bool, batches: list, precision: str) -> list[float]:
+    from tying.train.optim import build_optimizers
+
+    opts = build_optimizers(model, lr=3e-3, weight_decay=0.1, betas=(0.9, 0.95))
+    if getattr(model.interface, "trainable_z", False):
+        model.interface.attach_retraction(opts.optimizer_of(model.interface.z))
+    forward = torch.compile(model) if compiled else model
+    losses = []
+    for x, y in batches:
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = forward(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opts.step()
+        opts.zero_grad(set_to_none=True)
+        losses.append(float(loss))
+    return losses
+
+
+@pytest.mark.parametrize("tie", ["tt", "pit", "untied"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_compiled_training_equals_eager(cuda, tie: str, precision: str) -> None:
+    from tying.decoder import Decoder, preset_config
+
+    V = 512
+    extra = {"pit_trainable_z": True} if tie == "pit" else {}
+    g = torch.Generator().manual_seed(0)
+    batches = []
+    for _ in range(8):
+        ids = torch.randint(0, V, (4, 65), generator=g)
+        batches.append((ids[:, :-1].contiguous().to(cuda), ids[:, 1:].contiguous().to(cuda)))
+    runs = {}
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = Decoder(preset_config("tiny", vocab_size=V, tie=tie, **extra)).to(cuda)
+        runs[compiled] = _steps(model, compiled, batches, precision)
+    eager, compiled = runs[False], runs[True]
+    assert eager[-1] < eager[0] - 0.1, f"eager did not learn: {eager}"
+    tol = LOSS_TOL if precision == "fp32" else 2e-2  # bf16 products: rounding differs by order
+    for step, (a, b) in enumerate(zip(eager, compiled, strict=True)):
+        assert abs(a - b) < tol, (step, eager, compiled)
+
+
+def _train(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tying", "train", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _losses(run: Path) -> dict[int, float]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in rows if "loss" in r and "event" not in r}
+
+
+def test_compiled_run_killed_then_resumed_repeats_the_losses_bitwise(
+    cuda, small_corpus, tmp_path
+) -> None:
+    steps = 12
+
+    def args(out: Path, **extra) -> list[str]:
+        settings = tiny_train_settings(
+            small_corpus,
+            out,
+            max_steps=steps,
+            checkpoint_every=2,
+            precision="bf16",
+            compile=True,
+            tie="pit",
+            pit_trainable_z=True,
+            **extra,
+        )
+        return as_overrides(settings)
+
+    ref = _train(args(tmp_path / "ref"))
+    assert ref.wait(timeout=600) == 0, ref.stdout.read()
+    reference = _losses(tmp_path / "ref")
+
+    killed = tmp_path / "killed"
+    proc = _train(args(killed))
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        if (killed / "metrics.jsonl").exists() and max(_losses(killed), default=0) >= 5:
+            break
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    again = _train(args(killed, resume=True))
+    assert again.wait(timeout=600) == 0, again.stdout.read()
+    resumed = _losses(killed)
+    assert sorted(resumed) == list(range(1, steps + 1))
+    assert resumed == reference
+
+
+def test_lens_bf16_follows_fp32_on_cuda(cuda) -> None:
+    from tying.lens import LogitLens, evaluate_lens
+    from tying.loader import wrap_model
+
+    model = random_llama(256, 64, 128, 128, tied=True, pad_token_id=0)
+    lm = wrap_model(model.eval())
+    lm.model.to(cuda)
+    batches = [torch.randint(0, 256, (2, 64)) for _ in range(2)]
+    fp32 = evaluate_lens(lm, LogitLens(), batches, precision="fp32", device=cuda).kl
+    bf16 = evaluate_lens(lm, LogitLens(), batches, precision="bf16", device=cuda).kl
+    assert max(fp32) > 0.05  # the early layers are far from the final distribution
+    for a, b in zip(fp32, bf16, strict=True):
+        assert abs(a - b) < 1e-2 * max(1.0, a), (fp32, bf16)
+
+
+def test_greedy_generate_equals_transformers_generate_on_cuda(cuda) -> None:
+    from tying.evaluation.generate import greedy_generate
+
+    model = random_llama(256, 64, 128, 128, tied=True, pad_token_id=0).to(cuda).eval()
+    ids = torch.randint(3, 256, (3, 12)).to(cuda)
+    mask = torch.ones_like(ids)
+    mask[1, :4] = 0  # left padding
+    with torch.no_grad():
+        reference = model.generate(
+            ids, attention_mask=mask, max_new_tokens=16, do_sample=False, pad_token_id=0
+        )
+        ours = greedy_generate(model, ids, mask, max_new_tokens=16, eos_token_id=2, pad_token_id=0)
+    assert torch.equal(reference, ours)
+
+
+def test_probe_runs_on_a_cuda_trained_run(cuda, small_corpus, tmp_path) -> None:
+    run = tmp_path / "run"
+    settings = tiny_train_settings(small_corpus, run, max_steps=3, precision="bf16")
+    done = subprocess.run(
+        [sys.executable, "-m", "tying", "train", *as_overrides(settings)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tying",
+            "probe",
+            str(run),
+            "--corpus",
+            str(small_corpus["val"]),
+            "--out",
+            str(tmp_path / "probe"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    report = json.loads((tmp_path / "probe" / "probe.json").read_text())
+    assert report  # the blocks ran; errors would have made the exit status 1
