@@ -21,6 +21,12 @@ so at most one chunk of logits per head is alive. The teacher gets no
 gradient (its inputs are detached). Under `torch.autocast` the products run in
 the autocast dtype (e.g. bf16); log-softmax, the sums and the weight-gradient
 accumulator stay in float32 (float64 for float64 inputs).
+
+The pass is one opaque custom operator, `tying::linear_distillation_fused`,
+returning (loss, CE, KL, G_x, G_W, G_b) for an upstream gradient of 1; its
+registered backward scales G by the upstream gradient, so `torch.compile` sees a
+single node (see `tying.interface.loss`). The elementwise work on each chunk
+(`distill_rows`) runs compiled or eagerly through `tying.kernels`, as there.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from tying.interface.loss import (
     _or_empty,
     _out_dtype,
     _scaled,
-    check_targets,
+    check_ids,
     default_chunk_size,
     run_rows,
 )
@@ -340,7 +346,7 @@ def linear_distillation_loss(
             raise ValueError(f"targets must be an integer tensor, got {t.dtype}")
         t = t.long()
         mask = mask & (t != ignore_index)
-        check_targets(t, mask, weight.shape[0], ignore_index)
+        check_ids(t, weight.shape[0], "target id", valid=mask)
         safe_targets = torch.where(mask, t, torch.zeros_like(t))
     compute_dtype = _compute_dtype(x2)
     chunk = chunk_size or max(16, default_chunk_size(weight.shape[0], compute_dtype) // 2)

@@ -309,7 +309,17 @@ def _ce_fused(
 
 @_ce_fused.register_fake
 def _ce_fused_fake(
-    x, weight, bias, targets, ignore_index, reduction, chunk_size, compute_dtype, need_x, need_w, need_b
+    x,
+    weight,
+    bias,
+    targets,
+    ignore_index,
+    reduction,
+    chunk_size,
+    compute_dtype,
+    need_x,
+    need_w,
+    need_b,
 ):
     acc = _accumulate_dtype(compute_dtype)
     need_b = need_b and bias is not None
@@ -459,25 +469,36 @@ def _ce_rows_grad(ctx, grad_out: Tensor):
 _ce_rows_op.register_autograd(_ce_rows_grad, setup_context=_ce_rows_setup)
 
 
-def check_targets(targets: Tensor, valid: Tensor, vocab_size: int, ignore_index: int) -> None:
-    """Refuse target ids outside [0, V) among the `valid` ones.
+def check_ids(
+    ids: Tensor, vocab_size: int, what: str, hint: str = "", valid: Tensor | None = None
+) -> None:
+    """Refuse ids outside [0, V) (among the `valid` ones, where given).
 
-    On the CPU in eager mode: an IndexError naming the bad id (reads two values back to
-    the host). On CUDA and under `torch.compile`: `torch._assert_async`, which does not
-    wait for the device (a bad id fails the step with a RuntimeError, later); check the ids
-    where the data is loaded to catch them early.
+    On the CPU in eager mode: an IndexError "{what} {id} is outside the vocabulary [0, V){hint}"
+    (reads the minimum and maximum back to the host). On CUDA and under `torch.compile`:
+    `torch._assert_async`, which neither waits for the device nor breaks the compiled graph
+    (a bad id fails the step with a RuntimeError; on CUDA, later): check ids where the data
+    is loaded to catch them early.
+
+    Args:
+        ids: integer ids, any shape.
+        vocab_size: V.
+        what: the ids' name in the message ("token id", "target id").
+        hint: appended to the message.
+        valid: optional bool mask of the ids to check, shaped like `ids`.
     """
-    if targets.device.type == "cpu" and not torch.compiler.is_compiling():
-        check = targets[valid]
-        if check.numel() and (int(check.min()) < 0 or int(check.max()) >= vocab_size):
-            bad = int(check.max()) if int(check.max()) >= vocab_size else int(check.min())
-            raise IndexError(
-                f"target id {bad} is outside the vocabulary [0, {vocab_size}) "
-                f"(ignore_index={ignore_index})"
-            )
+    if ids.device.type == "cpu" and not torch.compiler.is_compiling():
+        check = ids if valid is None else ids[valid]
+        if check.numel():
+            lo, hi = int(check.min()), int(check.max())
+            if lo < 0 or hi >= vocab_size:
+                bad = hi if hi >= vocab_size else lo
+                raise IndexError(f"{what} {bad} is outside the vocabulary [0, {vocab_size}){hint}")
         return
-    ok = ((targets >= 0) & (targets < vocab_size)) | ~valid
-    torch._assert_async(ok.all(), f"a target id is outside the vocabulary [0, {vocab_size})")
+    ok = (ids >= 0) & (ids < vocab_size)
+    if valid is not None:
+        ok = ok | ~valid
+    torch._assert_async(ok.all(), f"a {what} is outside the vocabulary [0, {vocab_size}){hint}")
 
 
 def linear_cross_entropy(
@@ -533,7 +554,7 @@ def linear_cross_entropy(
     t = t.long()
     if bias is not None and bias.shape != (vocab_size,):
         raise ValueError(f"bias must have shape ({vocab_size},), got {tuple(bias.shape)}")
-    check_targets(t, t != ignore_index, vocab_size, ignore_index)
+    check_ids(t, vocab_size, "target id", f" (ignore_index={ignore_index})", t != ignore_index)
     compute_dtype = _compute_dtype(x2)
     chunk = chunk_size or default_chunk_size(vocab_size, compute_dtype)
     grad_on = torch.is_grad_enabled()
