@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 # test-compat: the lowest torch that pyproject admits and 2.11 (whose torch.compile
 # mis-trained the old chunked losses), each in its own throwaway venv under .venv-compat/.
 COMPAT_DIR ?= .venv-compat
-COMPAT_TORCH ?= 2.4.1 2.11.0
+COMPAT_TORCH ?= 2.6.0 2.11.0
 COMPAT_TESTS = tests/interface $(wildcard tests/*compat*.py tests/*/*compat*.py tests/*protocol*.py tests/*/*protocol*.py)
 
 .PHONY: help venv test test-slow test-compat lint bench demo clean
