@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tying.interface.kl import linear_distillation_loss, linear_kl_divergence
-from tying.interface.loss import linear_cross_entropy
+from tying.interface.loss import check_ids, linear_cross_entropy
 
 #: Called as hook(side, name, grad) with side "input" (the lookup) or "output" (the head),
 #: `name` the parameter's attribute name and `grad` the gradient reaching it along that side.
@@ -464,23 +464,16 @@ class TokenInterface(nn.Module, ABC):
 
     # ------------------------------------------------------------- checks
     def _check_ids(self, input_ids: Tensor) -> None:
-        """Raise on non-integer ids or ids outside [0, V)."""
+        """Raise on non-integer ids or ids outside [0, V) (`tying.interface.loss.check_ids`:
+        an IndexError on the CPU, an asynchronous assertion on CUDA and under torch.compile)."""
         if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
             raise ValueError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
-        if input_ids.numel() == 0 or torch.compiler.is_compiling():
-            return  # compiled: the caller checks its ids on the host (e.g. `check_token_ids`)
-        if input_ids.device.type != "cpu":
-            # no host sync on an accelerator: a device-side assert fails the next sync instead
-            in_range = (input_ids.min() >= 0) & (input_ids.max() < self.vocab_size)
-            torch._assert_async(in_range, f"token id outside the vocabulary [0, {self.vocab_size})")
-            return
-        lo, hi = int(input_ids.min()), int(input_ids.max())
-        if lo < 0 or hi >= self.vocab_size:
-            bad = hi if hi >= self.vocab_size else lo
-            raise IndexError(
-                f"token id {bad} is outside the vocabulary [0, {self.vocab_size}): "
-                f"check that the tokenizer matches this model (V={self.vocab_size})"
-            )
+        check_ids(
+            input_ids,
+            self.vocab_size,
+            "token id",
+            f": check that the tokenizer matches this model (V={self.vocab_size})",
+        )
 
     def _check_hidden(self, hidden: Tensor) -> None:
         """Raise when the last dimension of `hidden` is not d."""

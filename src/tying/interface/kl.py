@@ -21,6 +21,12 @@ so at most one chunk of logits per head is alive. The teacher gets no
 gradient (its inputs are detached). Under `torch.autocast` the products run in
 the autocast dtype (e.g. bf16); log-softmax, the sums and the weight-gradient
 accumulator stay in float32 (float64 for float64 inputs).
+
+The pass is one opaque custom operator, `tying::linear_distillation_fused`,
+returning (loss, CE, KL, G_x, G_W, G_b) for an upstream gradient of 1; its
+registered backward scales G by the upstream gradient, so `torch.compile` sees a
+single node (see `tying.interface.loss`). The elementwise work on each chunk
+(`distill_rows`) runs compiled or eagerly through `tying.kernels`, as there.
 """
 
 from __future__ import annotations
@@ -29,165 +35,228 @@ import torch
 from torch import Tensor
 
 from tying.interface.loss import (
-    _LOGITS_PER_BLOCK,
     _accumulate_dtype,
     _chunk_grads,
     _compute_dtype,
+    _grad_buffers,
+    _or_empty,
+    _out_dtype,
+    _scaled,
+    check_ids,
     default_chunk_size,
+    run_rows,
 )
 
 _REDUCTIONS = ("mean", "sum")
 
 
-def _distill_rows_(
-    logits: Tensor,
-    teacher_logits: Tensor,
+def distill_rows(
+    z: Tensor,
+    teacher_z: Tensor,
     targets: Tensor | None,
     valid: Tensor,
+    scale: Tensor | None,
     bias: Tensor | None,
     teacher_bias: Tensor | None,
     temperature: float,
-    weights: tuple[float, float],
-    row_scale: Tensor | None,
-) -> tuple[Tensor, Tensor]:
-    """Per-row CE and KL of one chunk; with `row_scale`, turn `logits` into their gradient.
+    w_ce: float,
+    w_kl: float,
+    inplace: bool,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Per-row CE and KL of a block of logits and, with `scale`, the gradient of the loss.
 
-    Works in row blocks of ≤ 6·2^20 logits in float32 (float64 for float64 logits).
+    In a = float32 (float64 for float64 logits), s = z + b, t = z_t + b_t,
+    log q = log_softmax(s/τ), log p = log_softmax(t/τ):
+
+        CE_n = logsumexp(s_n) − s_n[target_n]            (0 without targets)
+        KL_n = Σ_v p_n,v (log p_n,v − log q_n,v)
+        grad_n = w_n · (w_ce (softmax(s_n) − onehot(target_n)) + (w_kl/τ) (q_n − p_n)),
+        w_n = scale_n · valid_n
+
+    both 0 on invalid rows. A pure function of its inputs unless `inplace` (then `z` and
+    `teacher_z` may be overwritten): the same code runs eagerly and under `torch.compile`.
 
     Args:
-        logits: (n, V) student logits in the compute dtype (overwritten if row_scale is given).
-        teacher_logits: (n, V) teacher logits (read only).
-        targets: (n,) ids for the CE term, or None (then CE is 0 and w_ce must be 0).
-        valid: (n,) bool.
-        bias, teacher_bias: optional (V,) biases, added here.
+        z: (r, V) student logits in the compute dtype.
+        teacher_z: (r, V) teacher logits in the compute dtype.
+        targets: (r,) ids for the CE term, or None (then CE is 0 and w_ce must be 0).
+        valid: (r,) bool.
+        scale: None (values only), or the upstream gradient per row, () or (r,) in a.
+        bias, teacher_bias: optional (V,) biases in a.
         temperature: τ.
-        weights: (w_ce, w_kl), the weights of the gradient terms.
-        row_scale: optional (n,) upstream gradient per row.
+        w_ce, w_kl: the weights of the two terms in the loss.
+        inplace: work in the storage of `z` and `teacher_z` where their dtype is a.
 
     Returns:
-        ((n,) CE, (n,) KL), nats, zero on invalid rows.
+        ((r,) CE, (r,) KL in nats and a, (r, V) gradient in the dtype of z or None).
     """
-    n, V = logits.shape
-    acc = _accumulate_dtype(logits.dtype)
-    block = max(8, _LOGITS_PER_BLOCK // max(V, 1))
-    ce_out = torch.zeros(n, dtype=acc, device=logits.device)
-    kl_out = torch.empty(n, dtype=acc, device=logits.device)
+    acc = torch.float64 if z.dtype == torch.float64 else torch.float32
     inv_tau = 1.0 / temperature
-    w_ce, w_kl = weights
-    for b0 in range(0, n, block):
-        b1 = min(b0 + block, n)
-        raw = logits[b0:b1]
-        s = raw.to(acc) if raw.dtype != acc else raw.clone()
-        t = teacher_logits[b0:b1].to(acc)
-        if bias is not None:
-            s.add_(bias.to(acc))
-        if teacher_bias is not None:
-            t.add_(teacher_bias.to(acc))
-        v = valid[b0:b1]
-        grad = None
-        if targets is not None:
-            tgt = targets[b0:b1]
-            lse = s.logsumexp(dim=1)
-            ce = lse - s.gather(1, tgt.unsqueeze(1)).squeeze(1)
-            ce_out[b0:b1] = torch.where(v, ce, torch.zeros_like(ce))
-            if row_scale is not None and w_ce != 0.0:
-                grad = (s - lse.unsqueeze(1)).exp_()
-                grad[torch.arange(b1 - b0, device=s.device), tgt] -= 1.0
-                grad.mul_(w_ce)
-        s.mul_(inv_tau)
-        t.mul_(inv_tau)
-        log_q = s.sub_(s.logsumexp(dim=1, keepdim=True))
-        log_p = t.sub_(t.logsumexp(dim=1, keepdim=True))
-        p = log_p.exp()
-        kl = (p * (log_p - log_q)).sum(dim=1)
-        kl_out[b0:b1] = torch.where(v, kl, torch.zeros_like(kl))
-        if row_scale is None:
-            continue
-        kl_grad = log_q.exp_().sub_(p).mul_(w_kl * inv_tau)
-        grad = kl_grad if grad is None else grad.add_(kl_grad)
-        grad.mul_((row_scale[b0:b1].to(acc) * v).unsqueeze(1))
-        raw.copy_(grad)
-    return ce_out, kl_out
+    s = z if inplace and z.dtype == acc else z.to(acc, copy=True)
+    t = teacher_z if inplace and teacher_z.dtype == acc else teacher_z.to(acc, copy=True)
+    if bias is not None:
+        s.add_(bias)
+    if teacher_bias is not None:
+        t.add_(teacher_bias)
+    ce_grad = None
+    if targets is None:
+        ce = torch.zeros(s.shape[0], dtype=acc, device=s.device)
+    else:
+        lse = s.logsumexp(dim=1)
+        ce = torch.where(valid, lse - s.gather(1, targets.unsqueeze(1)).squeeze(1), 0.0)
+        if scale is not None and w_ce != 0.0:
+            ce_grad = (s - lse.unsqueeze(1)).exp_()
+            ce_grad[torch.arange(s.shape[0], device=s.device), targets] -= 1.0
+            ce_grad.mul_(w_ce)
+    s.mul_(inv_tau)
+    t.mul_(inv_tau)
+    log_q = s.sub_(s.logsumexp(dim=1, keepdim=True))
+    log_p = t.sub_(t.logsumexp(dim=1, keepdim=True))
+    p = log_p.exp()
+    kl = torch.where(valid, (p * (log_p - log_q)).sum(dim=1), 0.0)
+    if scale is None:
+        return ce, kl, None
+    grad = log_q.exp_().sub_(p).mul_(w_kl * inv_tau)
+    if ce_grad is not None:
+        grad.add_(ce_grad)
+    grad.mul_((scale * valid).unsqueeze(1))
+    return ce, kl, grad.to(z.dtype)
 
 
-class _LinearDistill(torch.autograd.Function):
-    """Autograd function behind `linear_distillation_loss` (see the module docstring)."""
+@torch.library.custom_op(
+    "tying::linear_distillation_fused",
+    mutates_args=(),
+    schema=(
+        "(Tensor x, Tensor weight, Tensor? bias, Tensor teacher_x, Tensor teacher_weight, "
+        "Tensor? teacher_bias, Tensor? targets, Tensor valid, float temperature, float w_ce, "
+        "float w_kl, str reduction, int chunk_size, ScalarType compute_dtype, bool need_x, "
+        "bool need_w, bool need_b) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"
+    ),
+)
+def _distill_fused(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    teacher_x: Tensor,
+    teacher_weight: Tensor,
+    teacher_bias: Tensor | None,
+    targets: Tensor | None,
+    valid: Tensor,
+    temperature: float,
+    w_ce: float,
+    w_kl: float,
+    reduction: str,
+    chunk_size: int,
+    compute_dtype: torch.dtype,
+    need_x: bool,
+    need_w: bool,
+    need_b: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """loss = w_ce·CE + w_kl·KL, CE, KL (means over the valid tokens, or sums) and the
+    gradients of loss for an upstream gradient of 1, in one pass over the chunks.
 
-    @staticmethod
-    def forward(  # type: ignore[override]
-        ctx,
-        x: Tensor,
-        weight: Tensor,
-        bias: Tensor | None,
-        teacher_x: Tensor,
-        teacher_weight: Tensor,
-        teacher_bias: Tensor | None,
-        targets: Tensor | None,
-        valid: Tensor,
-        temperature: float,
-        weights: tuple[float, float],
-        reduction: str,
-        chunk_size: int,
-        compute_dtype: torch.dtype,
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        n_tokens = x.shape[0]
-        acc = _accumulate_dtype(compute_dtype)
-        n_valid = valid.sum().to(acc)
-        xc, wc = x.to(compute_dtype), weight.to(compute_dtype)
-        txc, twc = teacher_x.to(compute_dtype), teacher_weight.to(compute_dtype)
-        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        need_b = bias is not None and ctx.needs_input_grad[2]
-        fused = need_x or need_w or need_b
-        row_scale = grad_x = grad_w = grad_b = None
-        if fused:
-            scale = 1.0 / n_valid if reduction == "mean" else torch.ones((), dtype=acc)
-            row_scale = scale.to(x.device).expand(n_tokens)
-            grad_x = torch.empty_like(x) if need_x else None
-            grad_w = torch.zeros(weight.shape, dtype=acc, device=x.device) if need_w else None
-            grad_b = torch.zeros(weight.shape[0], dtype=acc, device=x.device) if need_b else None
-        ces = torch.empty(n_tokens, dtype=acc, device=x.device)
-        kls = torch.empty(n_tokens, dtype=acc, device=x.device)
+    Returns:
+        (loss, CE, KL: () in float32 (float64), G_x (N, d) in x's dtype, G_W (V, d) and
+        G_b (V,) in the accumulate dtype); an absent gradient is an empty (0,) tensor.
+    """
+    n_tokens = x.shape[0]
+    acc = _accumulate_dtype(compute_dtype)
+    n_valid = valid.sum().to(acc)
+    need_b = need_b and bias is not None
+    with_grad = need_x or need_w or need_b
+    grad_x, grad_w, grad_b = _grad_buffers(x, weight, acc, need_x, need_w, need_b)
+    denom = n_valid if reduction == "mean" else torch.ones((), dtype=acc, device=x.device)
+    scale = 1.0 / denom if with_grad else None
+    xc, wc = x.to(compute_dtype), weight.to(compute_dtype)
+    txc, twc = teacher_x.to(compute_dtype), teacher_weight.to(compute_dtype)
+    b = None if bias is None else bias.to(acc)
+    tb = None if teacher_bias is None else teacher_bias.to(acc)
+    ces = torch.empty(n_tokens, dtype=acc, device=x.device)
+    kls = torch.empty(n_tokens, dtype=acc, device=x.device)
+    with torch.autocast(x.device.type, enabled=False):
         for start in range(0, n_tokens, chunk_size):
             rows = slice(start, min(start + chunk_size, n_tokens))
-            logits = xc[rows] @ wc.T
-            teacher_logits = txc[rows] @ twc.T
-            ces[rows], kls[rows] = _distill_rows_(
-                logits,
-                teacher_logits,
-                None if targets is None else targets[rows],
-                valid[rows],
-                bias,
-                teacher_bias,
-                temperature,
-                weights,
-                row_scale[rows] if fused else None,
+            xs = xc[rows]
+            ces[rows], kls[rows], grad = run_rows(
+                distill_rows,
+                xs @ wc.T,
+                (
+                    txc[rows] @ twc.T,
+                    None if targets is None else targets[rows],
+                    valid[rows],
+                    scale,
+                ),
+                (b, tb, temperature, w_ce, w_kl),
             )
-            del teacher_logits
-            if fused:
-                _chunk_grads(logits, xc[rows], wc, grad_x, grad_w, grad_b, rows)
-        denom = n_valid if reduction == "mean" else torch.ones((), dtype=acc)
-        ce, kl = ces.sum() / denom, kls.sum() / denom
-        loss = weights[0] * ce + weights[1] * kl
-        out_dtype = x.dtype if x.dtype == torch.float64 else torch.float32
-        ce, kl = ce.to(out_dtype), kl.to(out_dtype)
-        ctx.mark_non_differentiable(ce, kl)
-        ctx.fused = fused
-        if fused:
-            ctx.save_for_backward(grad_x, grad_w, grad_b)
-            ctx.dtypes = (weight.dtype, bias.dtype if bias is not None else None)
-        return loss.to(out_dtype), ce, kl
+            if with_grad:
+                _chunk_grads(grad, xs, wc, grad_x, grad_w, grad_b, rows)
+            del grad
+    ce, kl = ces.sum() / denom, kls.sum() / denom
+    loss = w_ce * ce + w_kl * kl
+    out = _out_dtype(x)
+    return (
+        loss.to(out),
+        ce.to(out),
+        kl.to(out),
+        _or_empty(grad_x, x, x.dtype),
+        _or_empty(grad_w, x, acc),
+        _or_empty(grad_b, x, acc),
+    )
 
-    @staticmethod
-    def backward(ctx, grad_out: Tensor, _ce: Tensor, _kl: Tensor):  # type: ignore[override]
-        rest = [None] * 10
-        if not ctx.fused:
-            return (None, None, None, *rest)
-        grad_x, grad_w, grad_b = ctx.saved_tensors
-        w_dtype, b_dtype = ctx.dtypes
-        gx = (grad_x * grad_out.to(grad_x.dtype)) if grad_x is not None else None
-        gw = (grad_w * grad_out.to(grad_w.dtype)).to(w_dtype) if grad_w is not None else None
-        gb = (grad_b * grad_out.to(grad_b.dtype)).to(b_dtype) if grad_b is not None else None
-        return (gx, gw, gb, *rest)
+
+@_distill_fused.register_fake
+def _distill_fused_fake(
+    x,
+    weight,
+    bias,
+    teacher_x,
+    teacher_weight,
+    teacher_bias,
+    targets,
+    valid,
+    temperature,
+    w_ce,
+    w_kl,
+    reduction,
+    chunk_size,
+    compute_dtype,
+    need_x,
+    need_w,
+    need_b,
+):
+    acc = _accumulate_dtype(compute_dtype)
+    out = _out_dtype(x)
+    need_b = need_b and bias is not None
+    return (
+        x.new_empty((), dtype=out),
+        x.new_empty((), dtype=out),
+        x.new_empty((), dtype=out),
+        x.new_empty(x.shape if need_x else (0,)),
+        x.new_empty(weight.shape if need_w else (0,), dtype=acc),
+        x.new_empty((weight.shape[0] if need_b else 0,), dtype=acc),
+    )
+
+
+def _distill_setup(ctx, inputs, output) -> None:
+    weight, bias = inputs[1], inputs[2]
+    ctx.save_for_backward(*output[3:])
+    ctx.needs = (inputs[14], inputs[15], inputs[16] and bias is not None)
+    ctx.dtypes = (weight.dtype, None if bias is None else bias.dtype)
+
+
+def _distill_backward(ctx, grad_out: Tensor, *_: Tensor):
+    gx, gw, gb = ctx.saved_tensors
+    need_x, need_w, need_b = ctx.needs
+    w_dtype, b_dtype = ctx.dtypes
+    return (
+        _scaled(gx, grad_out, gx.dtype) if need_x else None,
+        _scaled(gw, grad_out, w_dtype) if need_w else None,
+        _scaled(gb, grad_out, b_dtype) if need_b else None,
+        *[None] * 14,
+    )
+
+
+_distill_fused.register_autograd(_distill_backward, setup_context=_distill_setup)
 
 
 def linear_distillation_loss(
@@ -277,32 +346,32 @@ def linear_distillation_loss(
             raise ValueError(f"targets must be an integer tensor, got {t.dtype}")
         t = t.long()
         mask = mask & (t != ignore_index)
-        check = t[mask]
-        V = weight.shape[0]
-        if check.numel() and (int(check.min()) < 0 or int(check.max()) >= V):
-            bad = int(check.max()) if int(check.max()) >= V else int(check.min())
-            raise IndexError(f"target id {bad} is outside the vocabulary [0, {V})")
+        check_ids(t, weight.shape[0], "target id", valid=mask)
         safe_targets = torch.where(mask, t, torch.zeros_like(t))
     compute_dtype = _compute_dtype(x2)
     chunk = chunk_size or max(16, default_chunk_size(weight.shape[0], compute_dtype) // 2)
     tb = None if teacher_bias is None else teacher_bias.detach()
-    weights = (1.0 - alpha, alpha * temperature**2)
-    with torch.autocast(x.device.type, enabled=False):
-        return _LinearDistill.apply(
-            x2,
-            weight,
-            bias,
-            t2,
-            teacher_weight.detach(),
-            tb,
-            safe_targets,
-            mask,
-            float(temperature),
-            weights,
-            reduction,
-            chunk,
-            compute_dtype,
-        )
+    grad_on = torch.is_grad_enabled()
+    loss, ce, kl, _, _, _ = _distill_fused(
+        x2,
+        weight,
+        bias,
+        t2,
+        teacher_weight.detach(),
+        tb,
+        safe_targets,
+        mask,
+        float(temperature),
+        1.0 - alpha,
+        alpha * temperature**2,
+        reduction,
+        chunk,
+        compute_dtype,
+        grad_on and x2.requires_grad,
+        grad_on and weight.requires_grad,
+        grad_on and bias is not None and bias.requires_grad,
+    )
+    return loss, ce.detach(), kl.detach()
 
 
 def linear_kl_divergence(

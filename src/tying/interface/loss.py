@@ -3,35 +3,58 @@
 For hidden states x (N×d), a vocabulary projection W (V×d, `nn.Linear` layout),
 an optional bias b (V) and targets t (N),
 
-    loss_n = logsumexp(x_n W^T + b) - (x_n W^T + b)[t_n]
+    z_n = x_n W^T + b                                   (logits, V)
+    loss_n = logsumexp(z_n) - z_n[t_n]                  (nats)
+    ∂loss_n/∂z_n = softmax(z_n) − onehot(t_n)
 
 When V ≫ d the logits x W^T dominate both memory (N·V floats, twice over with
 their gradient) and time. Here they are formed `chunk_size` tokens at a time.
 For `reduction="mean"` or `"sum"` the gradient of each chunk is computed in the
 same pass as its loss (the loss is linear in the per-token terms, so the
-scalar upstream gradient simply rescales the stored gradients afterwards):
-3 matrix products per chunk, as for the full path, and at most
-chunk_size × V logits alive at any time. `reduction="none"` keeps only the
-per-token log-sum-exp and recomputes each chunk in the backward pass.
+scalar upstream gradient g simply rescales the stored gradients afterwards:
+∂(g·loss)/∂x = g·G_x and so on): 3 matrix products per chunk, as for the full
+path, and at most chunk_size × V logits alive at any time. `reduction="none"`
+keeps only the per-token losses and recomputes each chunk in the backward pass,
+weighting row n by its upstream gradient g_n.
 
 Under `torch.autocast` the two large products run in the autocast dtype (e.g.
 bf16); log-sum-exp, softmax and the weight-gradient accumulator stay in
-float32.
+float32 (float64 for float64 inputs).
+
+Both passes are opaque custom operators (`torch.library.custom_op`, namespace
+`tying`): `torch.compile` sees one node with a known output shape and a backward
+that only rescales the stored gradients, never the chunk loop or its in-place
+writes (an `autograd.Function` that computes its gradients in `forward` and
+returns them through `save_for_backward` trained with all-zero gradients under
+`torch.compile` in torch 2.11). Inside an operator, the elementwise work on each
+chunk of logits (`ce_rows`: bias, max, log-sum-exp, target logit, scaled
+softmax − onehot) is one plain function, run compiled on large chunks where a
+compiler is available and eagerly otherwise (`tying.kernels`): on CUDA, and
+when compiled, on whole chunks (one fused pass each); eager on the CPU, on row
+blocks of ≤ 6·2^20 logits that stay in the last-level cache.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import Tensor
+
+from tying.kernels import CompiledKernels
 
 _REDUCTIONS = ("mean", "sum", "none")
 # A chunk's logits take at most this many bytes in the compute dtype (2,003 tokens in bf16,
 # 1,001 in fp32 at V = 50,257): large enough for efficient products and few weight-gradient
 # accumulations, small next to the N×V logits of the full path.
 _DEFAULT_LOGIT_BYTES_PER_CHUNK = 192 << 20
-# Softmax work runs on row blocks of at most this many logits (24 MiB fp32), so that its
-# passes (max, exp, sum, scale) stay in the last-level cache of a CPU.
+# Eager softmax work on the CPU runs on row blocks of at most this many logits (24 MiB fp32),
+# so that its passes (max, exp, sum, scale) stay in the last-level cache.
 _LOGITS_PER_BLOCK = 6 << 20
+
+#: The elementwise kernels of the chunked losses (`ce_rows`, `tying.interface.kl.distill_rows`).
+kernels = CompiledKernels("chunked loss")
 
 
 def default_chunk_size(vocab_size: int, dtype: torch.dtype = torch.float32) -> int:
@@ -56,56 +79,94 @@ def _accumulate_dtype(compute_dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if compute_dtype == torch.float64 else torch.float32
 
 
-def _softmax_rows_(
-    logits: Tensor,
+def _out_dtype(x: Tensor) -> torch.dtype:
+    """The dtype of the returned losses: float64 for float64 inputs, float32 otherwise."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def ce_rows(
+    z: Tensor,
     targets: Tensor,
     valid: Tensor,
+    scale: Tensor | None,
     bias: Tensor | None,
-    row_scale: Tensor | None,
-) -> Tensor:
-    """Per-row loss of a chunk's logits; with `row_scale`, turn the logits into their gradient.
+    inplace: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """Per-row cross-entropy of a block of logits and, with `scale`, its gradient.
 
-    Works in row blocks of ≤ 6·2^20 logits, in float32 (float64 for float64 logits):
-    loss_n = lse_n − logit_n[t_n] with lse = max + log Σ exp(logit − max). With
-    `row_scale` (n,), `logits` is overwritten in place (in its own dtype) with
-    row_scale_n · (softmax_n − onehot(t_n)), zero on ignored rows.
+    With a = float32 (float64 for float64 logits), u = z + b in a, m = max_v u_v,
+    s = Σ_v exp(u_v − m):
+
+        loss_n = m_n + log s_n − u_n[t_n]                    (0 on ignored rows)
+        grad_n = w_n · (exp(u_n − m_n)/s_n − onehot(t_n)),   w_n = scale_n · valid_n
+
+    A pure function of its inputs unless `inplace` (then `z` may be overwritten): the
+    same code runs eagerly and under `torch.compile` (`tying.kernels`).
 
     Args:
-        logits: (n, V), the chunk's logits in the compute dtype (overwritten if row_scale is given).
-        targets: (n,) ids in [0, V) (ignored rows hold any valid id).
-        valid: (n,) bool, False for ignored rows.
-        bias: optional (V,) output bias, added here.
-        row_scale: optional (n,) upstream gradient per row.
+        z: (r, V) logits in the compute dtype.
+        targets: (r,) ids in [0, V) (ignored rows hold any valid id).
+        valid: (r,) bool, False for ignored rows.
+        scale: None (loss only), or the upstream gradient per row: () or (r,) in a.
+        bias: optional (V,) output bias in a.
+        inplace: work in the storage of `z` where its dtype is a (eager callers).
 
     Returns:
-        (n,) losses in nats (0 on ignored rows), float32 or float64.
+        ((r,) losses in a, (r, V) gradient in the dtype of z, or None without `scale`).
     """
-    n, V = logits.shape
-    acc = _accumulate_dtype(logits.dtype)
+    acc = torch.float64 if z.dtype == torch.float64 else torch.float32
+    u = z if inplace and z.dtype == acc else z.to(acc, copy=True)
+    if bias is not None:
+        u.add_(bias)
+    target_logit = u.gather(1, targets.unsqueeze(1)).squeeze(1)
+    row_max = u.amax(dim=1, keepdim=True)
+    e = u.sub_(row_max).exp_()
+    sums = e.sum(dim=1)
+    lse = row_max.squeeze(1) + sums.log()
+    losses = torch.where(valid, lse - target_logit, torch.zeros_like(lse))
+    if scale is None:
+        return losses, None
+    w = scale * valid
+    grad = e.mul_((w / sums).unsqueeze(1))
+    grad[torch.arange(grad.shape[0], device=grad.device), targets] -= w
+    return losses, grad.to(z.dtype)
+
+
+def run_rows(
+    fn: Callable[..., tuple[Any, ...]],
+    z: Tensor,
+    row_args: tuple[Tensor | None, ...],
+    args: tuple[Any, ...],
+) -> tuple[Any, ...]:
+    """`fn(z, *row_args, *args, inplace)` on a chunk of logits `z` (n, V), in one call or by rows.
+
+    `fn` returns per-row outputs ((n,) each) and, last, a gradient (n, V) or None. Compiled
+    (`kernels.enabled`): one call on the whole chunk; eager on CUDA (or another accelerator):
+    one in-place call; eager on the CPU: calls on row blocks of ≤ 6·2^20 logits, in place,
+    the gradient written into `z`. `row_args` are sliced by rows (None and 0-d tensors are
+    passed whole); `args` are passed as they are.
+
+    Returns:
+        the per-row outputs (n,) and the (n, V) gradient (possibly `z` itself) or None.
+    """
+    n, V = z.shape
+    if n >= 2 and kernels.enabled(z.numel(), z.device):
+        return kernels.call(fn, z, *row_args, *args, False)
     block = max(8, _LOGITS_PER_BLOCK // max(V, 1))
-    losses = torch.empty(n, dtype=acc, device=logits.device)
+    if z.device.type != "cpu" or n <= block:
+        return fn(z, *row_args, *args, True)
+    parts = []
+    with_grad = False
     for b0 in range(0, n, block):
-        b1 = min(b0 + block, n)
-        raw = logits[b0:b1]  # `logits` is the caller's temporary: safe to overwrite
-        lf = raw.to(acc) if raw.dtype != acc else raw  # a float32 copy of bf16 logits
-        if bias is not None:
-            lf.add_(bias.to(acc))
-        t = targets[b0:b1]
-        v = valid[b0:b1]
-        target_logit = lf.gather(1, t.unsqueeze(1)).squeeze(1)
-        row_max = lf.amax(dim=1)
-        lf.sub_(row_max.unsqueeze(1)).exp_()
-        sums = lf.sum(dim=1)
-        lse = row_max + sums.log()
-        losses[b0:b1] = torch.where(v, lse - target_logit, torch.zeros_like(lse))
-        if row_scale is None:
-            continue
-        scale = row_scale[b0:b1].to(acc) * v
-        lf.mul_((scale / sums).unsqueeze(1))
-        lf[torch.arange(b1 - b0, device=lf.device), t] -= scale
-        if lf is not raw:
-            raw.copy_(lf)
-    return losses
+        rows = slice(b0, min(b0 + block, n))
+        sliced = tuple(a[rows] if a is not None and a.dim() else a for a in row_args)
+        *values, grad = fn(z[rows], *sliced, *args, True)
+        if grad is not None:
+            with_grad = True
+            if grad.data_ptr() != z[rows].data_ptr():
+                z[rows] = grad
+        parts.append(values)
+    return (*(torch.cat(col) for col in zip(*parts)), z if with_grad else None)
 
 
 def _chunk_grads(
@@ -129,111 +190,315 @@ def _chunk_grads(
             grad_w += (g.T @ xs).to(grad_w.dtype)
 
 
-class _LinearCrossEntropy(torch.autograd.Function):
-    """Autograd function behind `linear_cross_entropy` (see the module docstring)."""
-
-    @staticmethod
-    def forward(  # type: ignore[override]
-        ctx,
-        x: Tensor,
-        weight: Tensor,
-        bias: Tensor | None,
-        targets: Tensor,
-        ignore_index: int,
-        reduction: str,
-        chunk_size: int,
-        compute_dtype: torch.dtype,
-    ) -> Tensor:
-        n_tokens = x.shape[0]
-        valid = targets != ignore_index
-        safe_targets = torch.where(valid, targets, torch.zeros_like(targets))
-        n_valid = valid.sum()
-        xc = x.to(compute_dtype)
-        wc = weight.to(compute_dtype)
-        acc = _accumulate_dtype(compute_dtype)
-        losses = torch.empty(n_tokens, dtype=acc, device=x.device)
-
-        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        need_b = bias is not None and ctx.needs_input_grad[2]
-        fused = reduction != "none" and (need_x or need_w or need_b)
-        row_scale = grad_x = grad_w = grad_b = None
-        if fused:
-            scale = 1.0 / n_valid.to(acc) if reduction == "mean" else torch.ones((), dtype=acc)
-            row_scale = scale.to(x.device).expand(n_tokens)
-            grad_x = torch.empty_like(x) if need_x else None
-            grad_w = torch.zeros(weight.shape, dtype=acc, device=x.device) if need_w else None
-            grad_b = torch.zeros(weight.shape[0], dtype=acc, device=x.device) if need_b else None
-
-        for start in range(0, n_tokens, chunk_size):
-            rows = slice(start, min(start + chunk_size, n_tokens))
-            xs = xc[rows]
-            logits = xs @ wc.T
-            losses[rows] = _softmax_rows_(
-                logits,
-                safe_targets[rows],
-                valid[rows],
-                bias,
-                row_scale[rows] if fused else None,
-            )
-            if fused:
-                _chunk_grads(logits, xs, wc, grad_x, grad_w, grad_b, rows)
-
-        if reduction == "mean":
-            out = losses.sum() / n_valid.to(acc)
-        elif reduction == "sum":
-            out = losses.sum()
-        else:
-            out = losses
-        out = out.to(x.dtype if x.dtype == torch.float64 else torch.float32)
-
-        ctx.has_bias = bias is not None
-        ctx.fused = fused
-        if fused:
-            ctx.save_for_backward(grad_x, grad_w, grad_b)
-            ctx.dtypes = (weight.dtype, bias.dtype if bias is not None else None)
-        else:
-            ctx.save_for_backward(x, weight, bias, safe_targets, valid)
-            ctx.chunk_size = chunk_size
-            ctx.compute_dtype = compute_dtype
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out: Tensor):  # type: ignore[override]
-        none5 = [None] * 5
-        if ctx.fused:
-            grad_x, grad_w, grad_b = ctx.saved_tensors
-            w_dtype, b_dtype = ctx.dtypes
-            gx = (grad_x * grad_out.to(grad_x.dtype)) if grad_x is not None else None
-            gw = (grad_w * grad_out.to(grad_w.dtype)).to(w_dtype) if grad_w is not None else None
-            gb = (grad_b * grad_out.to(grad_b.dtype)).to(b_dtype) if grad_b is not None else None
-            return (gx, gw, gb, *none5)
-        return (*_recompute_backward(ctx, grad_out), *none5)
-
-
-def _recompute_backward(
-    ctx, grad_out: Tensor
+def _grad_buffers(
+    x: Tensor, weight: Tensor, acc: torch.dtype, need_x: bool, need_w: bool, need_b: bool
 ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    """Backward of `reduction="none"`: recompute each chunk, weighting rows by grad_out."""
-    x, weight, bias, safe_targets, valid = ctx.saved_tensors
-    compute_dtype = ctx.compute_dtype
-    acc = _accumulate_dtype(compute_dtype)
-    need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-    need_b = ctx.has_bias and ctx.needs_input_grad[2]
-    xc, wc = x.to(compute_dtype), weight.to(compute_dtype)
-    grad_x = torch.empty_like(x) if need_x else None
-    grad_w = torch.zeros(weight.shape, dtype=acc, device=x.device) if need_w else None
-    grad_b = torch.zeros(weight.shape[0], dtype=acc, device=x.device) if need_b else None
-    with torch.autocast(x.device.type, enabled=False):
-        for start in range(0, x.shape[0], ctx.chunk_size):
-            rows = slice(start, min(start + ctx.chunk_size, x.shape[0]))
-            logits = xc[rows] @ wc.T
-            _softmax_rows_(logits, safe_targets[rows], valid[rows], bias, grad_out[rows])
-            _chunk_grads(logits, xc[rows], wc, grad_x, grad_w, grad_b, rows)
+    """Gradient buffers: x's (N, d) in x's dtype, W's (V, d) and b's (V,) zeroed in `acc`."""
     return (
-        grad_x,
-        grad_w.to(weight.dtype) if grad_w is not None else None,
-        grad_b.to(bias.dtype) if grad_b is not None else None,
+        torch.empty_like(x) if need_x else None,
+        torch.zeros(weight.shape, dtype=acc, device=x.device) if need_w else None,
+        torch.zeros(weight.shape[0], dtype=acc, device=x.device) if need_b else None,
     )
+
+
+def _or_empty(t: Tensor | None, like: Tensor, dtype: torch.dtype) -> Tensor:
+    """`t`, or an empty (0,) tensor standing for an absent gradient (custom ops return tensors)."""
+    return t if t is not None else torch.empty(0, dtype=dtype, device=like.device)
+
+
+def _ce_pass(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    targets: Tensor,
+    ignore_index: int,
+    scale: Tensor | None,
+    chunk_size: int,
+    compute_dtype: torch.dtype,
+    needs: tuple[bool, bool, bool],
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None, Tensor | None]:
+    """One pass over the chunks: per-token losses and, with `scale`, the gradients.
+
+    Args:
+        x: (N, d); weight: (V, d); bias: (V,) or None; targets: (N,) int64.
+        scale: None, or the upstream gradient per token, () or (N,), in the accumulate dtype a.
+        needs: which of (x, W, b) get a gradient (with `scale`).
+
+    Returns:
+        (losses (N,) in a, valid (N,) bool, grad_x (N, d) in x's dtype, grad_W (V, d) in a,
+        grad_b (V,) in a); the gradients None where not needed.
+    """
+    acc = _accumulate_dtype(compute_dtype)
+    valid = targets != ignore_index
+    safe_targets = torch.where(valid, targets, torch.zeros_like(targets))
+    with_grad = scale is not None and any(needs)
+    grad_x, grad_w, grad_b = _grad_buffers(
+        x, weight, acc, with_grad and needs[0], with_grad and needs[1], with_grad and needs[2]
+    )
+    losses = torch.empty(x.shape[0], dtype=acc, device=x.device)
+    xc, wc = x.to(compute_dtype), weight.to(compute_dtype)
+    b = None if bias is None else bias.to(acc)
+    with torch.autocast(x.device.type, enabled=False):
+        for start in range(0, x.shape[0], chunk_size):
+            rows = slice(start, min(start + chunk_size, x.shape[0]))
+            xs = xc[rows]
+            row_scale = scale if scale is None or scale.dim() == 0 else scale[rows]
+            losses[rows], grad = run_rows(
+                ce_rows,
+                xs @ wc.T,
+                (safe_targets[rows], valid[rows], row_scale if with_grad else None),
+                (b,),
+            )
+            if with_grad:
+                _chunk_grads(grad, xs, wc, grad_x, grad_w, grad_b, rows)
+            del grad
+    return losses, valid, grad_x, grad_w, grad_b
+
+
+# --------------------------------------------------------------------- mean and sum
+@torch.library.custom_op(
+    "tying::linear_cross_entropy_fused",
+    mutates_args=(),
+    schema=(
+        "(Tensor x, Tensor weight, Tensor? bias, Tensor targets, int ignore_index, "
+        "str reduction, int chunk_size, ScalarType compute_dtype, bool need_x, bool need_w, "
+        "bool need_b) -> (Tensor, Tensor, Tensor, Tensor)"
+    ),
+)
+def _ce_fused(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    targets: Tensor,
+    ignore_index: int,
+    reduction: str,
+    chunk_size: int,
+    compute_dtype: torch.dtype,
+    need_x: bool,
+    need_w: bool,
+    need_b: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Mean or summed loss and its gradients for an upstream gradient of 1 (one pass).
+
+    Returns:
+        (loss () in float32 (float64), G_x (N, d) in x's dtype, G_W (V, d) and G_b (V,) in
+        the accumulate dtype); an absent gradient is an empty (0,) tensor.
+    """
+    acc = _accumulate_dtype(compute_dtype)
+    n_valid = (targets != ignore_index).sum().to(acc)
+    scale = 1.0 / n_valid if reduction == "mean" else torch.ones((), dtype=acc, device=x.device)
+    losses, _, gx, gw, gb = _ce_pass(
+        x,
+        weight,
+        bias,
+        targets,
+        ignore_index,
+        scale,
+        chunk_size,
+        compute_dtype,
+        (need_x, need_w, need_b and bias is not None),
+    )
+    loss = losses.sum() / n_valid if reduction == "mean" else losses.sum()
+    return (
+        loss.to(_out_dtype(x)),
+        _or_empty(gx, x, x.dtype),
+        _or_empty(gw, x, acc),
+        _or_empty(gb, x, acc),
+    )
+
+
+@_ce_fused.register_fake
+def _ce_fused_fake(
+    x,
+    weight,
+    bias,
+    targets,
+    ignore_index,
+    reduction,
+    chunk_size,
+    compute_dtype,
+    need_x,
+    need_w,
+    need_b,
+):
+    acc = _accumulate_dtype(compute_dtype)
+    need_b = need_b and bias is not None
+    return (
+        x.new_empty((), dtype=_out_dtype(x)),
+        x.new_empty(x.shape if need_x else (0,)),
+        x.new_empty(weight.shape if need_w else (0,), dtype=acc),
+        x.new_empty((weight.shape[0] if need_b else 0,), dtype=acc),
+    )
+
+
+def _ce_fused_setup(ctx, inputs, output) -> None:
+    _, weight, bias = inputs[:3]
+    _, gx, gw, gb = output
+    ctx.save_for_backward(gx, gw, gb)
+    ctx.needs = tuple(inputs[8:11])
+    ctx.dtypes = (weight.dtype, None if bias is None else bias.dtype)
+
+
+def _scaled(grad: Tensor, grad_out: Tensor, dtype: torch.dtype) -> Tensor:
+    """grad_out · grad in `dtype`: the stored gradient for the actual upstream gradient."""
+    return (grad * grad_out.to(grad.dtype)).to(dtype)
+
+
+def _ce_fused_backward(ctx, grad_out: Tensor, *_: Tensor):
+    gx, gw, gb = ctx.saved_tensors
+    need_x, need_w, need_b = ctx.needs
+    w_dtype, b_dtype = ctx.dtypes
+    return (
+        _scaled(gx, grad_out, gx.dtype) if need_x else None,
+        _scaled(gw, grad_out, w_dtype) if need_w else None,
+        _scaled(gb, grad_out, b_dtype) if need_b and b_dtype is not None else None,
+        *[None] * 8,
+    )
+
+
+_ce_fused.register_autograd(_ce_fused_backward, setup_context=_ce_fused_setup)
+
+
+# --------------------------------------------------------------------- reduction="none"
+@torch.library.custom_op(
+    "tying::linear_cross_entropy_rows",
+    mutates_args=(),
+    schema=(
+        "(Tensor x, Tensor weight, Tensor? bias, Tensor targets, int ignore_index, "
+        "int chunk_size, ScalarType compute_dtype) -> Tensor"
+    ),
+)
+def _ce_rows_op(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    targets: Tensor,
+    ignore_index: int,
+    chunk_size: int,
+    compute_dtype: torch.dtype,
+) -> Tensor:
+    """Per-token losses (N,) in float32 (float64), 0 on ignored tokens."""
+    losses = _ce_pass(
+        x, weight, bias, targets, ignore_index, None, chunk_size, compute_dtype, (0, 0, 0)
+    )[0]
+    return losses.to(_out_dtype(x))
+
+
+@_ce_rows_op.register_fake
+def _ce_rows_fake(x, weight, bias, targets, ignore_index, chunk_size, compute_dtype):
+    return x.new_empty((x.shape[0],), dtype=_out_dtype(x))
+
+
+@torch.library.custom_op(
+    "tying::linear_cross_entropy_rows_backward",
+    mutates_args=(),
+    schema=(
+        "(Tensor grad, Tensor x, Tensor weight, Tensor? bias, Tensor targets, int ignore_index, "
+        "int chunk_size, ScalarType compute_dtype, bool need_x, bool need_w, bool need_b) "
+        "-> (Tensor, Tensor, Tensor)"
+    ),
+)
+def _ce_rows_backward(
+    grad: Tensor,
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    targets: Tensor,
+    ignore_index: int,
+    chunk_size: int,
+    compute_dtype: torch.dtype,
+    need_x: bool,
+    need_w: bool,
+    need_b: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Gradients of Σ_n grad_n · loss_n, each chunk recomputed: (G_x, G_W, G_b) in the dtypes
+    of x, W and b (empty (0,) where not needed)."""
+    acc = _accumulate_dtype(compute_dtype)
+    need_b = need_b and bias is not None
+    _, _, gx, gw, gb = _ce_pass(
+        x,
+        weight,
+        bias,
+        targets,
+        ignore_index,
+        grad.to(acc),
+        chunk_size,
+        compute_dtype,
+        (need_x, need_w, need_b),
+    )
+    return (
+        _or_empty(gx, x, x.dtype),
+        _or_empty(None if gw is None else gw.to(weight.dtype), x, weight.dtype),
+        _or_empty(None if gb is None else gb.to(bias.dtype), x, x.dtype),  # type: ignore[union-attr]
+    )
+
+
+@_ce_rows_backward.register_fake
+def _ce_rows_backward_fake(
+    grad, x, weight, bias, targets, ignore_index, chunk_size, compute_dtype, need_x, need_w, need_b
+):
+    need_b = need_b and bias is not None
+    return (
+        x.new_empty(x.shape if need_x else (0,)),
+        weight.new_empty(weight.shape if need_w else (0,)),
+        bias.new_empty(bias.shape) if need_b else x.new_empty((0,)),
+    )
+
+
+def _ce_rows_setup(ctx, inputs, output) -> None:
+    x, weight, bias, targets = inputs[:4]
+    ctx.save_for_backward(x, weight, bias, targets)
+    ctx.args = tuple(inputs[4:7])
+
+
+def _ce_rows_grad(ctx, grad_out: Tensor):
+    x, weight, bias, targets = ctx.saved_tensors
+    need_x, need_w, need_b = ctx.needs_input_grad[:3]
+    need_b = need_b and bias is not None
+    gx, gw, gb = _ce_rows_backward(
+        grad_out, x, weight, bias, targets, *ctx.args, need_x, need_w, need_b
+    )
+    return (
+        gx if need_x else None,
+        gw if need_w else None,
+        gb if need_b else None,
+        *[None] * 4,
+    )
+
+
+_ce_rows_op.register_autograd(_ce_rows_grad, setup_context=_ce_rows_setup)
+
+
+def check_ids(
+    ids: Tensor, vocab_size: int, what: str, hint: str = "", valid: Tensor | None = None
+) -> None:
+    """Refuse ids outside [0, V) (among the `valid` ones, where given).
+
+    On the CPU in eager mode: an IndexError "{what} {id} is outside the vocabulary [0, V){hint}"
+    (reads the minimum and maximum back to the host). On CUDA and under `torch.compile`:
+    `torch._assert_async`, which neither waits for the device nor breaks the compiled graph
+    (a bad id fails the step with a RuntimeError; on CUDA, later): check ids where the data
+    is loaded to catch them early.
+
+    Args:
+        ids: integer ids, any shape.
+        vocab_size: V.
+        what: the ids' name in the message ("token id", "target id").
+        hint: appended to the message.
+        valid: optional bool mask of the ids to check, shaped like `ids`.
+    """
+    if ids.device.type == "cpu" and not torch.compiler.is_compiling():
+        check = ids if valid is None else ids[valid]
+        if check.numel():
+            lo, hi = int(check.min()), int(check.max())
+            if lo < 0 or hi >= vocab_size:
+                bad = hi if hi >= vocab_size else lo
+                raise IndexError(f"{what} {bad} is outside the vocabulary [0, {vocab_size}){hint}")
+        return
+    ok = (ids >= 0) & (ids < vocab_size)
+    if valid is not None:
+        ok = ok | ~valid
+    torch._assert_async(ok.all(), f"a {what} is outside the vocabulary [0, {vocab_size}){hint}")
 
 
 def linear_cross_entropy(
@@ -289,19 +554,16 @@ def linear_cross_entropy(
     t = t.long()
     if bias is not None and bias.shape != (vocab_size,):
         raise ValueError(f"bias must have shape ({vocab_size},), got {tuple(bias.shape)}")
-    check = t[t != ignore_index]
-    if check.numel() and (int(check.min()) < 0 or int(check.max()) >= vocab_size):
-        bad = int(check.max()) if int(check.max()) >= vocab_size else int(check.min())
-        raise IndexError(
-            f"target id {bad} is outside the vocabulary [0, {vocab_size}) "
-            f"(ignore_index={ignore_index})"
-        )
+    check_ids(t, vocab_size, "target id", f" (ignore_index={ignore_index})", t != ignore_index)
     compute_dtype = _compute_dtype(x2)
     chunk = chunk_size or default_chunk_size(vocab_size, compute_dtype)
-    with torch.autocast(x.device.type, enabled=False):
-        out = _LinearCrossEntropy.apply(
-            x2, weight, bias, t, ignore_index, reduction, chunk, compute_dtype
-        )
+    grad_on = torch.is_grad_enabled()
     if reduction == "none":
+        out = _ce_rows_op(x2, weight, bias, t, ignore_index, chunk, compute_dtype)
         return out.reshape(targets.shape)
-    return out
+    needs = (
+        grad_on and x2.requires_grad,
+        grad_on and weight.requires_grad,
+        grad_on and bias is not None and bias.requires_grad,
+    )
+    return _ce_fused(x2, weight, bias, t, ignore_index, reduction, chunk, compute_dtype, *needs)[0]

@@ -20,33 +20,38 @@ one or two reads of z: `row_stats` of a 1,024 × 49,152 bf16 block takes 20 ms c
 61 ms eager on the idle 2-core CPU, and the whole logit lens of SmolLM2 runs 1.04× faster idle
 and 1.97× faster on a busy machine (docs/lens.md). The same functions run both ways: compiled
 where the block is large (`COMPILE_MIN_ELEMENTS`) and a compiler is available, eager otherwise
-(and as the fallback when compilation fails). `TYING_COMPILE=0` turns compilation off.
+(and as the fallback when compilation fails). `TYING_COMPILE=0` turns compilation off. The
+dispatch (`COMPILE_MIN_ELEMENTS`, `compiler_available`, the fallback) is `tying.kernels`, shared
+with the chunked losses of `tying.interface`.
 """
 
 from __future__ import annotations
 
-import functools
-import logging
-import os
-import shutil
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from tying.kernels import COMPILE_ENV, COMPILE_MIN_ELEMENTS, CompiledKernels, compiler_available
 
 #: Columns per group when searching the largest logits.
 GROUP = 128
 #: x − m is clamped at this value before exp (e^−80 ≈ 1.8e−35 is still a normal float32;
 #: subnormal floats are ~17× slower there; the sum changes by < V·e⁻⁸⁰).
 EXP_FLOOR = -80.0
-#: Blocks of at least this many logits (rows × V) run compiled: smaller ones do not repay the
-#: compilation (about 20 s once per process on a 2-core CPU, cached on disk after that).
-COMPILE_MIN_ELEMENTS = 1 << 24
-#: Environment variable: "0" keeps every kernel eager.
-COMPILE_ENV = "TYING_COMPILE"
-
-log = logging.getLogger(__name__)
+__all__ = [
+    "COMPILE_ENV",
+    "COMPILE_MIN_ELEMENTS",
+    "EXP_FLOOR",
+    "GROUP",
+    "RowKernels",
+    "compiler_available",
+    "finish_",
+    "group_max",
+    "kernels",
+    "row_grad",
+    "row_stats",
+]
 
 
 def finish_(x: Tensor, bias: Tensor | None, softcap: float | None) -> Tensor:
@@ -120,60 +125,19 @@ def row_grad(
     return q.to(z.dtype)
 
 
-class RowKernels:
+class RowKernels(CompiledKernels):
     """`row_stats` and `row_grad`, compiled or eager (one instance per process: `kernels`)."""
 
     def __init__(self) -> None:
-        self._compiled: dict[str, Callable[..., Any]] = {}
-        self._failed = False
-
-    def enabled(self, elements: int, device: torch.device) -> bool:
-        """Whether a block of `elements` logits on `device` runs compiled."""
-        return (
-            elements >= COMPILE_MIN_ELEMENTS
-            and not self._failed
-            and os.environ.get(COMPILE_ENV, "1") != "0"
-            and compiler_available(device)
-        )
+        super().__init__("lens")
 
     def stats(self, z: Tensor, *args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """`row_stats(z, *args)`, compiled when `enabled`."""
-        return self._call("stats", row_stats, z, *args)
+        return self.call(row_stats, z, *args)
 
     def grad(self, z: Tensor, *args: Any) -> Tensor:
         """`row_grad(z, *args)`, compiled when `enabled`."""
-        return self._call("grad", row_grad, z, *args)
-
-    def _call(self, name: str, fn: Callable[..., Any], z: Tensor, *args: Any) -> Any:
-        if not self.enabled(z.numel(), z.device) or z.shape[0] < 2:
-            return fn(z, *args)
-        try:
-            compiled = self._compiled.get(name)
-            if compiled is None:
-                # symbolic sizes: one kernel for every number of rows (and vocabulary)
-                compiled = self._compiled[name] = torch.compile(fn, dynamic=True)
-            return compiled(z, *args)
-        except Exception as error:  # any compiler failure falls back to eager
-            self._failed = True
-            log.warning("lens kernels run eagerly: torch.compile failed (%s)", error)
-            return fn(z, *args)
-
-
-def compiler_available(device: torch.device) -> bool:
-    """Whether `torch.compile` can build kernels for `device`: a C++ compiler for the CPU
-    (the CXX variable, g++ or clang++), Triton for CUDA. Looked up once per device type."""
-    return _compiler_available(device.type, os.environ.get("CXX", ""))
-
-
-@functools.cache
-def _compiler_available(device_type: str, cxx: str) -> bool:
-    if device_type == "cpu":
-        return any(shutil.which(c) for c in (cxx, "g++", "clang++") if c)
-    if device_type == "cuda":
-        from torch.utils._triton import has_triton
-
-        return has_triton()
-    return False
+        return self.call(row_grad, z, *args)
 
 
 #: The process's kernels.
