@@ -231,7 +231,7 @@ def steps(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
         "variants": {},
     }
     for name, make in variants.items():
-        if time.perf_counter() - args.t0 > args.budget_s * 0.55:
+        if time.perf_counter() - args.t0 > args.budget_s * 0.5:
             out["variants"][name] = {"skipped": "time budget"}
             continue
         try:

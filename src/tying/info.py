@@ -5,11 +5,10 @@ from __future__ import annotations
 import platform
 from typing import Any
 
-
 #: The Python and torch versions the project's tests ran on (README, "Tested versions"): CI on
 #: CPython 3.11 with torch 2.13 (CPU); `make test-compat` with the lowest admitted torch and 2.11;
 #: the GPU machine with CPython 3.12 and torch 2.11 + CUDA 13.
-TESTED = {"python": ["3.11", "3.12"], "torch": ["2.4.1", "2.11.0", "2.13.0"]}
+TESTED = {"python": ["3.11", "3.12"], "torch": ["2.6.0", "2.11.0", "2.13.0"]}
 
 
 def environment_info() -> dict[str, Any]:

@@ -5,10 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ..conftest import random_llama  # noqa: F401 (re-exported)
-
-pytestmark = pytest.mark.cuda
-
 
 @pytest.fixture
 def cuda() -> torch.device:

@@ -125,3 +125,32 @@ def test_bad_targets() -> None:
         linear_cross_entropy(x, w, torch.tensor([0, 1, 2, 2]), reduction="avg")
     with pytest.raises(ValueError, match="integer"):
         linear_cross_entropy(x, w, torch.zeros(4))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_padded_vocabulary_gives_the_same_loss_and_gradients(monkeypatch, reduction, with_bias):
+    """The CUDA path pads V to a multiple of 64 (zero rows, bias −inf): forced here on the CPU,
+    values and gradients equal the unpadded path in float64."""
+    import tying.interface.loss as loss_module
+
+    g = torch.Generator().manual_seed(3)
+    N, d, V = 37, 16, 101
+    x = torch.randn(N, d, generator=g, dtype=torch.float64, requires_grad=True)
+    W = torch.randn(V, d, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(V, generator=g, dtype=torch.float64, requires_grad=True) if with_bias else None
+    t = torch.randint(0, V, (N,), generator=g)
+    t[::5] = -100
+    weights = torch.rand(N, generator=g, dtype=torch.float64)
+
+    def run():
+        out = loss_module.linear_cross_entropy(x, W, t, b, reduction=reduction, chunk_size=8)
+        total = out if reduction == "mean" else (out * weights).sum()
+        params = [x, W] + ([b] if b is not None else [])
+        return (total, *torch.autograd.grad(total, params))
+
+    plain = run()
+    monkeypatch.setattr(loss_module, "vocab_padding", lambda V, device: (-V) % 64)
+    padded = run()
+    for a, c in zip(plain, padded, strict=True):
+        torch.testing.assert_close(a, c, rtol=1e-12, atol=1e-12)

@@ -190,6 +190,17 @@ def _chunk_grads(
             grad_w += (g.T @ xs).to(grad_w.dtype)
 
 
+#: On CUDA the vocabulary of the chunked products is padded to a multiple of this: a (n, V)
+#: bf16 block whose rows are V = 50,257 elements long is not 16-byte aligned, and cuBLAS then
+#: falls back to slower kernels for all three products of each chunk.
+VOCAB_ALIGN = 64
+
+
+def vocab_padding(vocab_size: int, device: torch.device) -> int:
+    """Columns added to the chunked products' vocabulary on `device` (0 on the CPU)."""
+    return (-vocab_size) % VOCAB_ALIGN if device.type == "cuda" else 0
+
+
 def _grad_buffers(
     x: Tensor, weight: Tensor, acc: torch.dtype, need_x: bool, need_w: bool, need_b: bool
 ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
@@ -232,12 +243,22 @@ def _ce_pass(
     valid = targets != ignore_index
     safe_targets = torch.where(valid, targets, torch.zeros_like(targets))
     with_grad = scale is not None and any(needs)
-    grad_x, grad_w, grad_b = _grad_buffers(
-        x, weight, acc, with_grad and needs[0], with_grad and needs[1], with_grad and needs[2]
-    )
-    losses = torch.empty(x.shape[0], dtype=acc, device=x.device)
     xc, wc = x.to(compute_dtype), weight.to(compute_dtype)
     b = None if bias is None else bias.to(acc)
+    V = weight.shape[0]
+    pad = vocab_padding(V, x.device)
+    if pad:  # zero rows of W, bias −inf: the padded logits get probability 0 and gradient 0
+        wc = torch.cat([wc, wc.new_zeros(pad, wc.shape[1])])
+        b = torch.cat(
+            [
+                b if b is not None else torch.zeros(V, dtype=acc, device=x.device),
+                torch.full((pad,), float("-inf"), dtype=acc, device=x.device),
+            ]
+        )
+    grad_x, grad_w, grad_b = _grad_buffers(
+        x, wc, acc, with_grad and needs[0], with_grad and needs[1], with_grad and needs[2]
+    )
+    losses = torch.empty(x.shape[0], dtype=acc, device=x.device)
     with torch.autocast(x.device.type, enabled=False):
         for start in range(0, x.shape[0], chunk_size):
             rows = slice(start, min(start + chunk_size, x.shape[0]))
@@ -252,6 +273,9 @@ def _ce_pass(
             if with_grad:
                 _chunk_grads(grad, xs, wc, grad_x, grad_w, grad_b, rows)
             del grad
+    if pad:
+        grad_w = None if grad_w is None else grad_w[:V]
+        grad_b = None if grad_b is None else grad_b[:V]
     return losses, valid, grad_x, grad_w, grad_b
 
 

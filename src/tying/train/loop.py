@@ -362,7 +362,7 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
         if setup.val_store is None:
             return None
         result = evaluate(
-            step_model,
+            wrapped,  # eager: a compiled model would compile its eval-mode graph once more
             setup.val_store,
             seq_len=cfg.seq_len,
             batch_size=cfg.micro_batch_size,
