@@ -39,7 +39,7 @@ def _steps(model: torch.nn.Module, compiled: bool, batches: list, precision: str
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opts.step()
         opts.zero_grad(set_to_none=True)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return losses
 
 
@@ -51,10 +51,14 @@ def test_compiled_training_equals_eager(cuda, tie: str, precision: str) -> None:
     V = 512
     extra = {"pit_trainable_z": True} if tie == "pit" else {}
     g = torch.Generator().manual_seed(0)
-    batches = []
-    for _ in range(8):
-        ids = torch.randint(0, V, (4, 65), generator=g)
-        batches.append((ids[:, :-1].contiguous().to(cuda), ids[:, 1:].contiguous().to(cuda)))
+    # a learnable next token (a fixed permutation of the current one) on two alternating
+    # batches: the loss must fall in 8 steps, so frozen or zero gradients cannot pass
+    perm = torch.randperm(V, generator=g)
+    pairs = []
+    for _ in range(2):
+        ids = torch.randint(0, V, (4, 64), generator=g)
+        pairs.append((ids.to(cuda), perm[ids].to(cuda)))
+    batches = [pairs[i % 2] for i in range(8)]
     runs = {}
     for compiled in (False, True):
         torch.manual_seed(0)
@@ -130,9 +134,9 @@ def test_lens_bf16_follows_fp32_on_cuda(cuda) -> None:
     batches = [torch.randint(0, 256, (2, 64)) for _ in range(2)]
     fp32 = evaluate_lens(lm, LogitLens(), batches, precision="fp32", device=cuda).kl
     bf16 = evaluate_lens(lm, LogitLens(), batches, precision="bf16", device=cuda).kl
-    assert max(fp32) > 0.05  # the early layers are far from the final distribution
+    assert max(fp32) > 1e-3  # the early layers differ from the final distribution
     for a, b in zip(fp32, bf16, strict=True):
-        assert abs(a - b) < 1e-2 * max(1.0, a), (fp32, bf16)
+        assert abs(a - b) < 1e-3 + 1e-2 * a, (fp32, bf16)
 
 
 def test_greedy_generate_equals_transformers_generate_on_cuda(cuda) -> None:
