@@ -28,10 +28,10 @@ writes (an `autograd.Function` that computes its gradients in `forward` and
 returns them through `save_for_backward` trained with all-zero gradients under
 `torch.compile` in torch 2.11). Inside an operator, the elementwise work on each
 chunk of logits (`ce_rows`: bias, max, log-sum-exp, target logit, scaled
-softmax − onehot) is one plain function, run compiled on large chunks where a
-compiler is available and eagerly otherwise (`tying.kernels`): on CUDA, and
-when compiled, on whole chunks (one fused pass each); eager on the CPU, on row
-blocks of ≤ 6·2^20 logits that stay in the last-level cache.
+softmax − onehot) is one plain function, run compiled on large chunks on an
+accelerator with a compiler (`tying.kernels`; one fused pass per chunk) and
+eagerly otherwise: on the CPU on row blocks of ≤ 6·2^20 logits that stay in the
+last-level cache (faster there than the compiled kernel).
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def run_rows(
     """`fn(z, *row_args, *args, inplace)` on a chunk of logits `z` (n, V), in one call or by rows.
 
     `fn` returns per-row outputs ((n,) each) and, last, a gradient (n, V) or None. Compiled
-    (`kernels.enabled`): one call on the whole chunk; eager on CUDA (or another accelerator):
+    (an accelerator and `kernels.enabled`): one call on the whole chunk; eager on CUDA (or another accelerator):
     one in-place call; eager on the CPU: calls on row blocks of ≤ 6·2^20 logits, in place,
     the gradient written into `z`. `row_args` are sliced by rows (None and 0-d tensors are
     passed whole); `args` are passed as they are.
@@ -150,7 +150,9 @@ def run_rows(
         the per-row outputs (n,) and the (n, V) gradient (possibly `z` itself) or None.
     """
     n, V = z.shape
-    if n >= 2 and kernels.enabled(z.numel(), z.device):
+    # compiled on accelerators only: on the CPU the eager in-place row blocks are faster (2,048
+    # tokens × V 50,257, d 512, forward + backward: bf16 0.60 s eager vs 0.83 s compiled)
+    if n >= 2 and z.device.type != "cpu" and kernels.enabled(z.numel(), z.device):
         return kernels.call(fn, z, *row_args, *args, False)
     block = max(8, _LOGITS_PER_BLOCK // max(V, 1))
     if z.device.type != "cpu" or n <= block:
