@@ -115,6 +115,7 @@ def test_inductor_training_equals_eager_with_compiled_row_kernels(monkeypatch) -
     monkeypatch.setattr(kernels_module, "COMPILE_MIN_ELEMENTS", 0)
     kernels = kernels_module.CompiledKernels("test")
     monkeypatch.setattr(loss_module, "kernels", kernels)
+    monkeypatch.setattr(loss_module, "compiles_on", lambda device: True)  # as on a GPU
     compiled = _train(student, teacher, "inductor")
     assert set(kernels._compiled) == {kl_module.distill_rows} and not kernels._failed
     _assert_same_training(eager, compiled, 1e-3, 1e-4)
@@ -218,6 +219,7 @@ def test_compiled_row_kernels_equal_eager_ones(monkeypatch) -> None:
     scale = torch.tensor(0.3)
     kernels = kernels_module.CompiledKernels("test")
     monkeypatch.setattr(loss_module, "kernels", kernels)
+    monkeypatch.setattr(loss_module, "compiles_on", lambda device: True)  # as on a GPU
     monkeypatch.setattr(loss_module, "_LOGITS_PER_BLOCK", 8 * 300)  # eager: 5 row blocks
     monkeypatch.setenv(kernels_module.COMPILE_ENV, "0")
     eager_ce = loss_module.run_rows(loss_module.ce_rows, z.clone(), (t, valid, scale), (bias,))

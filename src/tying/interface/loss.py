@@ -132,6 +132,13 @@ def ce_rows(
     return losses, grad.to(z.dtype)
 
 
+def compiles_on(device: torch.device) -> bool:
+    """Whether the row kernels of the chunked losses may run compiled on `device`: on
+    accelerators only. On the CPU the eager in-place row blocks are faster (2,048 tokens ×
+    V 50,257, d 512, forward + backward on 2 cores: bf16 0.63 s eager vs 0.83 s compiled)."""
+    return device.type != "cpu"
+
+
 def run_rows(
     fn: Callable[..., tuple[Any, ...]],
     z: Tensor,
@@ -150,9 +157,7 @@ def run_rows(
         the per-row outputs (n,) and the (n, V) gradient (possibly `z` itself) or None.
     """
     n, V = z.shape
-    # compiled on accelerators only: on the CPU the eager in-place row blocks are faster (2,048
-    # tokens × V 50,257, d 512, forward + backward: bf16 0.60 s eager vs 0.83 s compiled)
-    if n >= 2 and z.device.type != "cpu" and kernels.enabled(z.numel(), z.device):
+    if n >= 2 and compiles_on(z.device) and kernels.enabled(z.numel(), z.device):
         return kernels.call(fn, z, *row_args, *args, False)
     block = max(8, _LOGITS_PER_BLOCK // max(V, 1))
     if z.device.type != "cpu" or n <= block:
