@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     "threads": 0,
     "devices": 0,
     "outputs": 0,
+    "kernels": 0,
     "info": 1,
     "interface": 1,
     "analysis": 2,

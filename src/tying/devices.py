@@ -1,6 +1,8 @@
 """Device and precision: one convention for every verb.
 
 - device "auto": CUDA when present, else the CPU;
+- compile "auto": `torch.compile` on CUDA with Triton (not on the CPU, not with per-step
+  tensor hooks, not with TYING_COMPILE=0);
 - precision "auto": bf16 autocast where the hardware multiplies bf16 natively (a CUDA GPU with
   bf16, or a CPU with AVX512-BF16/AMX as oneDNN reports it), else fp32. Factorizations,
   log-sum-exp, KL and losses always run in float32/float64 whatever the autocast dtype.
@@ -8,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Literal
@@ -72,3 +75,23 @@ def autocast_for(
     if resolve_precision(precision, device) == "bf16":
         return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
     return nullcontext
+
+
+def resolve_compile(setting: bool | str, device: str | torch.device, hooks: bool = False) -> bool:
+    """Whether a training step runs under `torch.compile`: `setting` true/false as given;
+    "auto" = on CUDA with Triton present, unless the step has tensor hooks (`hooks`, e.g. gradient
+    path tracking) or TYING_COMPILE=0; off on the CPU (compilation costs minutes there and
+    gains little at CPU sizes).
+
+    Raises:
+        ValueError: a setting other than true, false or "auto".
+    """
+    if setting not in (True, False, "auto"):
+        raise ValueError(f"compile must be true, false or auto, got {setting!r}")
+    if setting != "auto":
+        return bool(setting)
+    if torch.device(device).type != "cuda" or hooks or os.environ.get("TYING_COMPILE") == "0":
+        return False
+    from torch.utils._triton import has_triton
+
+    return has_triton()

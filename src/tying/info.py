@@ -17,7 +17,7 @@ def environment_info() -> dict[str, Any]:
     import torch
 
     import tying
-    from tying.devices import cpu_has_fast_bf16, resolve_device, resolve_precision
+    from tying.devices import cpu_has_fast_bf16, resolve_compile, resolve_device, resolve_precision
 
     device = resolve_device("auto")
     info: dict[str, Any] = {
@@ -28,7 +28,7 @@ def environment_info() -> dict[str, Any]:
         "tested_torch": ", ".join(TESTED["torch"]),
         "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        "compile_auto": _compile_auto(device),
+        "compile_auto": resolve_compile("auto", device),
         "cuda_available": torch.cuda.is_available(),
         "cpu_threads": torch.get_num_threads(),
         "cpu_fast_bf16": cpu_has_fast_bf16(),
@@ -41,11 +41,3 @@ def environment_info() -> dict[str, Any]:
         except ImportError:
             info[package] = None
     return info
-
-
-def _compile_auto(device: Any) -> bool:
-    """What `tying train compile=auto` picks on `device` (tying.train.loop.resolve_compile)."""
-    from tying.train.config import TrainConfig
-    from tying.train.loop import resolve_compile
-
-    return resolve_compile("auto", device, TrainConfig())

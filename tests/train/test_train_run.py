@@ -147,6 +147,8 @@ def test_eval_command_prints_json(small_corpus, tmp_path) -> None:
             str(small_corpus["val"]),
             "--max-tokens",
             "1024",
+            "--precision",
+            "fp32",  # as the run validated (auto is bf16 on a CPU with native bf16)
         ],
         capture_output=True,
         text=True,

@@ -27,7 +27,7 @@ from torch import nn
 
 from tying.config import ConfigError, save_config, to_dict
 from tying.data.batches import check_token_ids
-from tying.devices import autocast_for, resolve_precision
+from tying.devices import autocast_for, resolve_compile, resolve_precision
 from tying.train import checkpoint as ckpt
 from tying.train.build import TrainingSetup, build_setup
 from tying.train.config import TrainConfig, saved_train_config
@@ -79,20 +79,6 @@ class TrainResult:
             "val_loss": self.val_loss,
             "elapsed_s": round(self.elapsed_s, 2),
         }
-
-
-def resolve_compile(setting: bool | str, device: torch.device, cfg: TrainConfig) -> bool:
-    """Whether the step runs under `torch.compile`: `compile` true/false as given; "auto" = on
-    CUDA with Triton present, unless the run tracks gradient paths (tensor hooks per step) or
-    TYING_COMPILE=0; off on the CPU (compilation costs minutes there and gains little at CPU
-    sizes)."""
-    if setting != "auto":
-        return bool(setting)
-    if device.type != "cuda" or cfg.track_gradient_paths or os.environ.get("TYING_COMPILE") == "0":
-        return False
-    from torch.utils._triton import has_triton
-
-    return has_triton()
 
 
 def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -305,7 +291,7 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
     wrapped = wrap_model(objective, info, cfg.distributed)
     # the student's parameters only (a distilling objective also holds the frozen teacher)
     optimizer = optimizers_for_run(model, cfg)
-    compiled = resolve_compile(cfg.compile, info.device, cfg)
+    compiled = resolve_compile(cfg.compile, info.device, hooks=cfg.track_gradient_paths)
     step_model = torch.compile(wrapped) if compiled else wrapped
     vocab_size = interface.vocab_size
 
