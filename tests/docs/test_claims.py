@@ -239,3 +239,21 @@ def test_reference_check_fails_on_a_missing_figure():
     assert not _ref_exists("Figure 9", text)
     assert _ref_exists("§5.3", text)
     assert not _ref_exists("§5.6", text)
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.replace("*", "").split())
+
+
+def test_quotes_of_the_verdicts_are_the_papers_words():
+    """Every quotation of four words or more in results.md's "Verdicts, row by row" and in the
+    claims table is in one of the three papers' text."""
+    texts = [_norm(_paper_text(p)) for p in ("001", "002", "004")]
+    results = (ROOT / "docs" / "results.md").read_text()
+    part = results[results.index("## Verdicts, row by row") :]
+    part += "\n" + "\n".join(c.claim + " " + c.paper_number for c in CLAIMS)
+    quotes = re.findall(r"[\"“]([^\"”\n]+(?:\n[^\"”\n]+)*)[\"”]", part)
+    quotes = [_norm(q) for q in quotes if len(q.split()) >= 4]
+    assert len(quotes) >= 5
+    for q in quotes:
+        assert any(q in t for t in texts), f"not in any paper: {q!r}"

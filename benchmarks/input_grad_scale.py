@@ -1,0 +1,132 @@
+"""The weight-tying-bias paper's input-gradient-scaling ablation (§6, Table 2; Appendix E, Tables
+6 and 7) on the runs of configs/experiments/input_grad_scale.yaml.
+
+For every finished TT run (×1, ×2, ×5, ×10) and every checkpoint step it shares with the untied
+reference run, the cosine similarity after alignment of the untied model's E and U onto the tied
+matrix (`tying.analysis.alignment`, the paper's direction: untied → tied; orthogonal =
+Procrustes, the measure of Tables 2 and 6), and the run's validation loss (Table 7's
+perplexity). The reference is untied seed 0 for every run (same seed for seed-0 runs: both
+start from the same E; another seed for seed-1 runs), and the untied run of the run's own seed
+when it exists. Per seed, each scale's value minus the ×1 run's of the same seed (the same
+initial E, the same data order) is the paired effect; the seed is the unit.
+
+    python benchmarks/input_grad_scale.py [EXPERIMENT_DIR] [--out docs/results/input_grad_scale.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from tying.analysis.alignment import alignment
+from tying.loader import load_any
+from tying.probe.checkpoints import checkpoint_matrices
+from tying.probe.matrices import checkpoint_step
+from tying.train.checkpoint import list_checkpoints
+
+SCALES = {"tt": 1, "tt-x2": 2, "tt-x5": 5, "tt-x10": 10}
+
+
+def finished(run: Path) -> bool:
+    return (run / "DONE.json").exists()
+
+
+def matrices(run: Path) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """{step: (E, U)} of every checkpoint of a run."""
+    loaded = load_any(run)
+    ckpts = list_checkpoints(run)
+    return {
+        step: (E.double(), U.double())
+        for step, E, U in checkpoint_matrices(loaded.model, loaded.interface, ckpts)
+    }
+
+
+def val_losses(run: Path) -> dict[int, float]:
+    out = {}
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row.get("val_loss") is not None:
+            out[int(row["step"])] = float(row["val_loss"])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("experiment", nargs="?", default="runs/experiment-input-grad-scale")
+    ap.add_argument("--out", default="docs/results/input_grad_scale.json")
+    args = ap.parse_args(argv)
+    root = Path(args.experiment) / "runs"
+    refs = {
+        seed: matrices(root / f"scratch-untied-s{seed}")
+        for seed in (0, 1)
+        if finished(root / f"scratch-untied-s{seed}")
+    }
+    if 0 not in refs:
+        print("scratch-untied-s0 has not finished", file=sys.stderr)
+        return 1
+    runs = []
+    for label, scale in SCALES.items():
+        for seed in (0, 1):
+            run = root / f"scratch-{label}-s{seed}"
+            if not finished(run):
+                continue
+            mats = matrices(run)
+            entry = {
+                "name": run.name,
+                "scale": scale,
+                "seed": seed,
+                "val_loss": {str(k): v for k, v in val_losses(run).items()},
+                "against": {},
+            }
+            for ref_seed, ref in sorted(refs.items()):
+                rows = {}
+                for step, (E, _U) in sorted(mats.items()):
+                    if step not in ref:
+                        continue
+                    rE, rU = ref[step]
+                    rows[str(step)] = {
+                        "input": alignment(rE, E),  # Input (U) → Tied
+                        "output": alignment(rU, E),  # Output (U) → Tied
+                    }
+                entry["against"][f"untied-s{ref_seed}"] = rows
+            runs.append(entry)
+            print(run.name, "done", flush=True)
+    steps = sorted({int(s) for r in runs for s in r["against"]["untied-s0"]})
+    early, final = steps[0], steps[-1]
+    # paired effects: scale − ×1 of the same seed, against untied-s0, orthogonal
+    effects = {}
+    base = {r["seed"]: r for r in runs if r["scale"] == 1}
+    for r in runs:
+        if r["scale"] == 1 or r["seed"] not in base:
+            continue
+        b = base[r["seed"]]
+        e = {}
+        for step in (early, final):
+            a, c = r["against"]["untied-s0"][str(step)], b["against"]["untied-s0"][str(step)]
+            e[str(step)] = {
+                "input": a["input"]["orthogonal"] - c["input"]["orthogonal"],
+                "output": a["output"]["orthogonal"] - c["output"]["orthogonal"],
+            }
+        e["val_loss"] = r["val_loss"][str(final)] - b["val_loss"][str(final)]
+        effects.setdefault(f"x{r['scale']}", {})[f"s{r['seed']}"] = e
+    out = {
+        "what": "cosine after alignment of the untied run's E (input) and U (output) onto the "
+        "tied TT matrix, per checkpoint step; orthogonal = the paper's Procrustes measure",
+        "experiment": "configs/experiments/input_grad_scale.yaml",
+        "reference": "untied-s0 for every run (same initial E for seed-0 runs); untied-s1 "
+        "where it finished",
+        "steps": {"early": early, "final": final},
+        "runs": runs,
+        "effects_vs_x1": effects,
+    }
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
