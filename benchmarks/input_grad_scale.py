@@ -25,7 +25,6 @@ import torch
 from tying.analysis.alignment import alignment
 from tying.loader import load_any
 from tying.probe.checkpoints import checkpoint_matrices
-from tying.probe.matrices import checkpoint_step
 from tying.train.checkpoint import list_checkpoints
 
 SCALES = {"tt": 1, "tt-x2": 2, "tt-x5": 5, "tt-x10": 10}
