@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         "reference": "untied-s0 for every run (same initial E for seed-0 runs); untied-s1 "
         "where it finished",
         "steps": {"early": early, "final": final},
-        "runs": runs,
+        "runs": {r["name"]: r for r in runs},
         "effects_vs_x1": effects,
     }
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
