@@ -5,9 +5,9 @@ For every finished TT run (×1, ×2, ×5, ×10) and every checkpoint step it sha
 reference run, the cosine similarity after alignment of the untied model's E and U onto the tied
 matrix (`tying.analysis.alignment`, the paper's direction: untied → tied; orthogonal =
 Procrustes, the measure of Tables 2 and 6), and the run's validation loss (Table 7's
-perplexity). The reference is untied seed 0 for every run (same seed for seed-0 runs: both
-start from the same E; another seed for seed-1 runs), and the untied run of the run's own seed
-when it exists. Per seed, each scale's value minus the ×1 run's of the same seed (the same
+perplexity). Each run is compared with every finished untied run: the one of its own seed
+(the same initial E, as the grid pairs them) and the one of the other seed (independently
+trained, as the paper's OLMo-1B-0724 is). Per seed, each scale's value minus the ×1 run's of the same seed (the same
 initial E, the same data order) is the paired effect; the seed is the unit.
 
     python benchmarks/input_grad_scale.py [EXPERIMENT_DIR] [--out docs/results/input_grad_scale.json]
@@ -96,28 +96,33 @@ def main(argv: list[str] | None = None) -> int:
             print(run.name, "done", flush=True)
     steps = sorted({int(s) for r in runs for s in r["against"]["untied-s0"]})
     early, final = steps[0], steps[-1]
-    # paired effects: scale − ×1 of the same seed, against untied-s0, orthogonal
-    effects = {}
+    # paired effects: scale − ×1 of the same seed, orthogonal, against each reference
+    # ("same" = the untied run of the run's own seed, "cross" = the other seed's)
+    effects: dict = {}
     base = {r["seed"]: r for r in runs if r["scale"] == 1}
     for r in runs:
         if r["scale"] == 1 or r["seed"] not in base:
             continue
         b = base[r["seed"]]
-        e = {}
-        for step in (early, final):
-            a, c = r["against"]["untied-s0"][str(step)], b["against"]["untied-s0"][str(step)]
-            e[str(step)] = {
-                "input": a["input"]["orthogonal"] - c["input"]["orthogonal"],
-                "output": a["output"]["orthogonal"] - c["output"]["orthogonal"],
-            }
-        e["val_loss"] = r["val_loss"][str(final)] - b["val_loss"][str(final)]
+        e: dict = {"val_loss": r["val_loss"][str(final)] - b["val_loss"][str(final)]}
+        for kind, ref_seed in (("same", r["seed"]), ("cross", 1 - r["seed"])):
+            ref = f"untied-s{ref_seed}"
+            if ref not in r["against"]:
+                continue
+            e[kind] = {}
+            for step in (early, final):
+                a, c = r["against"][ref][str(step)], b["against"][ref][str(step)]
+                e[kind][str(step)] = {
+                    side: a[side]["orthogonal"] - c[side]["orthogonal"]
+                    for side in ("input", "output")
+                }
         effects.setdefault(f"x{r['scale']}", {})[f"s{r['seed']}"] = e
     out = {
         "what": "cosine after alignment of the untied run's E (input) and U (output) onto the "
         "tied TT matrix, per checkpoint step; orthogonal = the paper's Procrustes measure",
         "experiment": "configs/experiments/input_grad_scale.yaml",
-        "reference": "untied-s0 for every run (same initial E for seed-0 runs); untied-s1 "
-        "where it finished",
+        "reference": "every finished untied run; `same` = the run's own seed (the same initial "
+        "E), `cross` = the other seed",
         "steps": {"early": early, "final": final},
         "runs": {r["name"]: r for r in runs},
         "effects_vs_x1": effects,

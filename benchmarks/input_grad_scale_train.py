@@ -1,5 +1,5 @@
 """Train configs/experiments/input_grad_scale.yaml in stages: the ×1/×5 contrast on both seeds
-first, then the PIT run of §12's trace, ×10, ×2, and the second untied reference.
+first, with both untied references, then the PIT run of §12's trace, ×10 and ×2.
 
 `tying experiment` would train the same cells seed-major; this driver only changes the order (so
 that a run cut short by time leaves the most useful cells finished). Rerunning it skips the
@@ -15,10 +15,11 @@ CONFIG = "configs/experiments/input_grad_scale.yaml"
 STAGES = [
     (["untied", "tt", "tt-x5"], [0]),
     (["tt", "tt-x5"], [1]),
+    (["untied"], [1]),
     (["pit"], [0]),
     (["tt-x10"], [0, 1]),
     (["tt-x2"], [0, 1]),
-    (["untied", "pit"], [1]),
+    (["pit"], [1]),
 ]
 
 if __name__ == "__main__":
