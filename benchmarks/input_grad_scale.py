@@ -53,11 +53,38 @@ def val_losses(run: Path) -> dict[int, float]:
     return out
 
 
+def markdown(data: dict) -> str:
+    """The table of docs/results.md §11: orthogonal alignment of the untied E (input) and U
+    (output) onto each TT run's matrix, early and final, against both untied references."""
+    early, final = data["steps"]["early"], data["steps"]["final"]
+    head = (
+        f"| run | scale | val loss | step {early}: E, same seed | U, same seed "
+        f"| step {final}: E, same seed | U, same seed | step {final}: E, other seed "
+        "| U, other seed |"
+    )
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, r in sorted(data["runs"].items(), key=lambda kv: (kv[1]["seed"], kv[1]["scale"])):
+        cells = [name, f"×{r['scale']}", f"{r['val_loss'][str(final)]:.3f}"]
+        for ref, step in (("same", early), ("same", final), ("cross", final)):
+            seed = r["seed"] if ref == "same" else 1 - r["seed"]
+            rows = r["against"].get(f"untied-s{seed}")
+            for side in ("input", "output"):
+                cells.append("–" if rows is None else f"{rows[str(step)][side]['orthogonal']:.4f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("experiment", nargs="?", default="runs/experiment-input-grad-scale")
     ap.add_argument("--out", default="docs/results/input_grad_scale.json")
+    ap.add_argument(
+        "--markdown", action="store_true", help="print docs/results.md §11's table from --out"
+    )
     args = ap.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(Path(args.out).read_text())))
+        return 0
     root = Path(args.experiment) / "runs"
     refs = {
         seed: matrices(root / f"scratch-untied-s{seed}")

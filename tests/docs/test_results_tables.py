@@ -163,3 +163,26 @@ def test_a_mistyped_loss_is_caught(bad):
     value = next(r for r in _json("report.json")["runs"] if r["name"] == "scratch-untied-s0")
     assert _same("5.279", value["final_train_loss"])
     assert not _same(bad, value["final_train_loss"])
+
+
+def test_section_11_input_gradient_scaling_is_its_json():
+    data = _json("input_grad_scale.json")
+    early, final = str(data["steps"]["early"]), str(data["steps"]["final"])
+    rows = _rows(_section("11. Input-gradient"), "scratch-tt")
+    assert len(rows) == len(data["runs"]) >= 2
+    for name, scale, val, *cells in rows:
+        r = data["runs"][name]
+        assert scale == f"×{r['scale']}"
+        _check(val, r["val_loss"][final], f"§11 {name} val loss")
+        refs = [
+            (r["seed"], early),
+            (r["seed"], final),
+            (1 - r["seed"], final),
+        ]
+        for (seed, step), pair in zip(refs, zip(cells[::2], cells[1::2], strict=True), strict=True):
+            rows_ = r["against"].get(f"untied-s{seed}")
+            for printed, side in zip(pair, ("input", "output"), strict=True):
+                if rows_ is None:
+                    assert printed == "–", f"§11 {name}: no untied-s{seed}, yet {printed}"
+                else:
+                    _check(printed, rows_[step][side]["orthogonal"], f"§11 {name} {side}")
