@@ -1,10 +1,10 @@
 """The weight-tying-bias paper's input-gradient-scaling ablation (§6, Table 2; Appendix E, Tables
 6 and 7) on the runs of configs/experiments/input_grad_scale.yaml.
 
-For every finished TT run (×1, ×2, ×5, ×10) and every checkpoint step it shares with the untied
-reference run, the cosine similarity after alignment of the untied model's E and U onto the tied
-matrix (`tying.analysis.alignment`, the paper's direction: untied → tied; orthogonal =
-Procrustes, the measure of Tables 2 and 6), and the run's validation loss (Table 7's
+For every finished TT run (×1, ×2, ×5, ×10), at the first and the last checkpoint step it shares
+with the untied reference run, the cosine similarity after orthogonal (Procrustes) alignment of the untied model's E and U onto the tied
+matrix (`tying.analysis.alignment`'s orthogonal score, the paper's direction: untied → tied; the
+measure of Tables 2 and 6), and the run's validation loss (Table 7's
 perplexity). Each run is compared with every finished untied run: the one of its own seed
 (the same initial E, as the grid pairs them) and the one of the other seed (independently
 trained, as the paper's OLMo-1B-0724 is). Per seed, each scale's value minus the ×1 run's of the same seed (the same
@@ -22,12 +22,19 @@ from pathlib import Path
 
 import torch
 
-from tying.analysis.alignment import alignment
+from tying.analysis.alignment import _centred, procrustes_map
+from tying.analysis.rowwise import row_cosine
 from tying.loader import load_any
 from tying.probe.checkpoints import checkpoint_matrices
 from tying.train.checkpoint import list_checkpoints
 
 SCALES = {"tt": 1, "tt-x2": 2, "tt-x5": 5, "tt-x10": 10}
+
+
+def orthogonal(src: torch.Tensor, tgt: torch.Tensor) -> float:
+    """`tying.analysis.alignment`'s orthogonal score alone (centred, Procrustes, mean cosine)."""
+    S, T = _centred(src), _centred(tgt)
+    return float(row_cosine(S @ procrustes_map(S, T), T).mean())
 
 
 def finished(run: Path) -> bool:
@@ -110,13 +117,13 @@ def main(argv: list[str] | None = None) -> int:
             }
             for ref_seed, ref in sorted(refs.items()):
                 rows = {}
-                for step, (E, _U) in sorted(mats.items()):
-                    if step not in ref:
-                        continue
+                common = sorted(set(mats) & set(ref))
+                for step in (common[0], common[-1]):  # the early and the final checkpoint
+                    E = mats[step][0]
                     rE, rU = ref[step]
                     rows[str(step)] = {
-                        "input": alignment(rE, E),  # Input (U) → Tied
-                        "output": alignment(rU, E),  # Output (U) → Tied
+                        "input": {"orthogonal": orthogonal(rE, E)},  # Input (U) → Tied
+                        "output": {"orthogonal": orthogonal(rU, E)},  # Output (U) → Tied
                     }
                 entry["against"][f"untied-s{ref_seed}"] = rows
             runs.append(entry)
