@@ -186,3 +186,15 @@ def test_section_11_input_gradient_scaling_is_its_json():
                     assert printed == "–", f"§11 {name}: no untied-s{seed}, yet {printed}"
                 else:
                     _check(printed, rows_[step][side]["orthogonal"], f"§11 {name} {side}")
+
+
+def test_section_12_trace_overlaps_are_the_trace_json():
+    files = {"TT": "tt-s0", "PIT": "pit-s0", "untied": "untied-s0"}
+    rows = [r for r in _rows(_section("12. Transition"), "") if ", step " in r[0]]
+    assert len(rows) >= 4
+    for model, *overlaps, _agree in rows:
+        kind, step = model.split(", step ")
+        path = ROOT / "docs" / "results" / "traces" / f"{files[kind]}-step{step}.json"
+        entries = json.loads(path.read_text())["entries"]
+        for printed, e in zip(overlaps, entries, strict=True):
+            _check(printed, e["overlap"], f"§12 {model} {e['label']}")
