@@ -1,0 +1,259 @@
+"""The claims table of docs/results.md: every number comes from its JSON, the table in the page is
+the generated one, and every paper number, table, figure and section the docs cite exists in that
+paper's text (../shared/papers, skipped where that folder is absent)."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+
+import pytest
+
+from tying.report import claims as C
+
+ROOT = Path(__file__).resolve().parents[2]
+PAPERS_DIR = ROOT.parent / "shared" / "papers"
+CLAIMS = C.load_claims(ROOT / "docs" / "results" / "claims.yaml")
+
+
+def _paper_text(prefix: str) -> str:
+    if not PAPERS_DIR.is_dir():
+        pytest.skip(f"the papers are not at {PAPERS_DIR} (../shared/papers beside the repository)")
+    files = sorted(PAPERS_DIR.glob(f"{prefix}_*.txt"))
+    if not files:
+        pytest.skip(f"no {prefix}_*.txt in {PAPERS_DIR}")
+    return files[0].read_text()
+
+
+def _values():
+    return [
+        pytest.param(c, v, id=f"{i + 1}-{v.name}")
+        for i, c in enumerate(CLAIMS)
+        for v in c.values.values()
+    ]
+
+
+@pytest.mark.parametrize(("claim", "value"), _values())
+def test_every_number_of_the_table_is_its_json_value(claim, value):
+    got = value.rounded(C.measured(value, ROOT))
+    assert got == pytest.approx(value.value, rel=1e-9, abs=1e-12), (
+        f"{claim.where} {{{value.name}}}: {value.file} {value.path} gives {got}, "
+        f"the table says {value.value}"
+    )
+
+
+def test_templates_hold_no_number_of_their_own():
+    """A measured decimal in `ours`, `interval` or `excluded` must come from a placeholder; a
+    literal decimal there is allowed only when it is one of the paper's numbers of the row."""
+    for c in CLAIMS:
+        for template in (c.ours, c.interval, c.excluded, c.n):
+            bare = C._PLACEHOLDER.sub("", template)
+            for number in C._DECIMAL.findall(bare):
+                assert number.lstrip("-") in c.paper_number, (
+                    f"{c.where}: literal {number} in {template!r} is not a JSON value"
+                )
+
+
+def test_every_verdict_is_one_of_the_four():
+    assert {c.verdict for c in CLAIMS} <= set(C.VERDICTS)
+    untested = [c for c in CLAIMS if c.verdict == "not tested"]
+    assert all(not c.values for c in untested), "a row that says 'not tested' shows numbers"
+
+
+def test_results_md_holds_the_generated_table():
+    text = (ROOT / "docs" / "results.md").read_text()
+    table = C.render(CLAIMS)
+    assert table in text, "docs/results.md is out of date: python -m tying.report.claims --write"
+    assert text.index(C.BEGIN) < text.index("\n## 1.")  # the first thing a reviewer reads
+
+
+def test_a_changed_json_value_is_caught(tmp_path):
+    """The check is not vacuous: the same row against a JSON whose number moved fails."""
+    c = CLAIMS[0]
+    v = next(iter(c.values.values()))
+    data = C.load_json(v.file, ROOT)
+    import copy
+    import json
+
+    moved = copy.deepcopy(data)
+    node = moved
+    *head, last = v.path.split("/")
+    for key in head:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    if isinstance(node, list):
+        node[int(last)] = node[int(last)] + 1.0
+    else:
+        node[last] = node[last] + 1.0
+    (tmp_path / Path(v.file).parent).mkdir(parents=True)
+    (tmp_path / v.file).write_text(json.dumps(moved))
+    assert not C.value_matches(v, tmp_path)
+    assert C.value_matches(v, ROOT)
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=[f"{i + 1}" for i in range(len(CLAIMS))])
+def test_the_papers_numbers_are_in_the_paper(claim):
+    text = _paper_text(claim.paper)
+    for number in C._DECIMAL.findall(claim.paper_number):
+        assert number in text, f"{claim.where}: {number} is not in paper {claim.paper}"
+    for ref in _refs(claim.where):
+        assert _ref_exists(ref, text), f"{claim.where}: {ref} is not in paper {claim.paper}"
+
+
+# ------------------------------------------------------------------ references in docs/
+
+#: How docs/ name each paper, and the paper's file prefix.
+_NAMES = {
+    "001": r"PIT(?: paper)?",
+    "004": r"(?:weight-tying-bias|bias)(?: paper)?",
+}
+_REF = r"(?:Tables?|Figures?|Appendix|§)\s?[0-9A-Z](?:[0-9.]*[0-9])?"
+_REF_LIST = rf"{_REF}(?:(?:,\s*|\s+and\s+|\s*[–-]\s*|\s*\(|\s+)(?:its\s+)?(?:{_REF}|[0-9]+))*"
+
+
+def _refs(text: str) -> list[str]:
+    """`Table 2`, `Figures 3–4` (both), `§5.6`, `Appendix B` in `text`, one per item."""
+    out: list[str] = []
+    kind = None
+    pattern = r"(Tables?|Figures?|Appendix|§)\s?([0-9A-Z](?:[0-9.]*[0-9])?)|(?<=[–-])([0-9]+)"
+    for m in re.finditer(pattern, text):
+        if m.group(1):
+            kind = {"Tables": "Table", "Figures": "Figure"}.get(m.group(1), m.group(1))
+            out.append(f"§{m.group(2)}" if kind == "§" else f"{kind} {m.group(2)}")
+        elif kind in ("Table", "Figure") and out and out[-1].split()[-1].isdigit():
+            lo = int(out[-1].split()[-1])
+            out += [f"{kind} {k}" for k in range(lo + 1, int(m.group(3)) + 1)]
+    return out
+
+
+def _ref_exists(ref: str, text: str) -> bool:
+    if ref.startswith("§"):
+        num = ref[1:]
+        return re.search(rf"(?m)^{re.escape(num)}\.? [A-Z]", text) is not None
+    if ref.startswith("Appendix"):
+        letter = ref.split()[1]
+        return re.search(rf"(?m)^{re.escape(letter)}\.? [A-Z]", text) is not None
+    return re.search(rf"\b{re.escape(ref)}\b", text) is not None
+
+
+def _doc_references() -> list[tuple[str, int, str, str]]:
+    """(file, line, paper, reference) for every reference in docs/ that names a paper right
+    before it: "PIT paper, Table 1 and Figure 3", "weight-tying-bias Figure 4 (§5.3)",
+    "the bias paper's §5.2"."""
+    found = []
+    for path in sorted((ROOT / "docs").glob("*.md")):
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            for paper, name in _NAMES.items():
+                pattern = rf"\b{name}(?:'s)?(?:,\s*|\s+|\s*\()(?:its\s+)?({_REF_LIST})"
+                for m in re.finditer(pattern, line):
+                    for ref in _refs(m.group(1)):
+                        found.append((path.name, lineno, paper, ref))
+    return found
+
+
+def test_docs_name_papers_references_at_all():
+    refs = _doc_references()
+    assert len(refs) > 20
+    assert {f for f, *_ in refs} >= {"results.md", "metrics.md", "experiment.md"}
+
+
+@pytest.mark.parametrize(
+    ("file", "line", "paper", "ref"),
+    _doc_references(),
+    ids=[f"{f}:{n}:{p}:{r}" for f, n, p, r in _doc_references()],
+)
+def test_every_paper_reference_in_docs_exists_in_that_paper(file, line, paper, ref):
+    text = _paper_text(paper)
+    assert _ref_exists(ref, text), f"docs/{file}:{line}: {ref} is not in paper {paper}"
+
+
+def _section_body(section: str, text: str) -> str:
+    """The lines of section `section` ("5.3") up to the next numbered heading, without the
+    figure and table captions (which the papers' text places wherever the page put them)."""
+    lines = text.splitlines()
+    heading = re.compile(r"^(?:[0-9]+(?:\.[0-9]+)*|[A-H](?:\.[0-9]+)*)\.? [A-Z]")
+    start = next(
+        (i for i, s in enumerate(lines) if re.match(rf"^{re.escape(section)}\.? [A-Z]", s)), None
+    )
+    if start is None:
+        return ""
+    body = []
+    for s in lines[start + 1 :]:
+        if heading.match(s):
+            break
+        if re.match(r"^(?:Figure|Table) [0-9]+[:.]", s):
+            continue
+        body.append(s)
+    return "\n".join(body)
+
+
+def _doc_pairs() -> list[tuple[str, int, str, str, str]]:
+    """(file, line, paper, figure-or-table, section) where docs/ put a figure or table next to a
+    section: "Figure 5, §5.3", "§3.1, Figure 2"."""
+    pairs = []
+    for path in sorted((ROOT / "docs").glob("*.md")):
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            for paper, name in _NAMES.items():
+                pattern = rf"\b{name}(?:'s)?(?:,\s*|\s+|\s*\()(?:its\s+)?({_REF_LIST})"
+                for m in re.finditer(pattern, line):
+                    refs = _refs(m.group(1))
+                    for a, b in itertools.pairwise(refs):
+                        item, sec = (a, b) if b.startswith("§") else (b, a)
+                        if sec.startswith("§") and item.split()[0] in ("Figure", "Table"):
+                            pairs.append((path.name, lineno, paper, item, sec[1:]))
+    return pairs
+
+
+@pytest.mark.parametrize(
+    ("file", "line", "paper", "item", "section"),
+    _doc_pairs(),
+    ids=[f"{f}:{n}:{i}-{s}" for f, n, _, i, s in _doc_pairs()],
+)
+def test_a_figure_cited_with_a_section_is_discussed_in_that_section(
+    file, line, paper, item, section
+):
+    """Catches swapped numbers: the weight-tying-bias paper's §5.3 discusses Figure 5 (its
+    Figure 4 caption only lies inside §5.3's text)."""
+    text = _paper_text(paper)
+    assert re.search(rf"\b{item}\b", _section_body(section, text)), (
+        f"docs/{file}:{line}: {item} is not discussed in §{section} of paper {paper}"
+    )
+
+
+def test_section_body_skips_captions():
+    text = "5.2 Norms\nFigure 4 plots norms.\n5.3 Gradients\nFigure 4: caption.\nFigure 5 shows.\n"
+    assert "Figure 4" in _section_body("5.2", text)
+    body = _section_body("5.3", text)
+    assert "Figure 5" in body and "Figure 4" not in body
+
+
+def test_reference_parser_reads_lists_and_ranges():
+    assert _refs("Table 1 and Figures 3–4") == ["Table 1", "Figure 3", "Figure 4"]
+    assert _refs("Figure 5, §5.3") == ["Figure 5", "§5.3"]
+    assert _refs("Table 1, Table 5 and Appendix B") == ["Table 1", "Table 5", "Appendix B"]
+
+
+def test_reference_check_fails_on_a_missing_figure():
+    text = "Figure 2: a caption.\n5.3 Output Gradients\n"
+    assert _ref_exists("Figure 2", text)
+    assert not _ref_exists("Figure 9", text)
+    assert _ref_exists("§5.3", text)
+    assert not _ref_exists("§5.6", text)
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.replace("*", "").split())
+
+
+def test_quotes_of_the_verdicts_are_the_papers_words():
+    """Every quotation of four words or more in results.md's "Verdicts, row by row" and in the
+    claims table is in one of the three papers' text."""
+    texts = [_norm(_paper_text(p)) for p in ("001", "002", "004")]
+    results = (ROOT / "docs" / "results.md").read_text()
+    part = results[results.index("## Verdicts, row by row") :]
+    part += "\n" + "\n".join(c.claim + " " + c.paper_number for c in CLAIMS)
+    quotes = re.findall(r"[\"“]([^\"”\n]+(?:\n[^\"”\n]+)*)[\"”]", part)
+    quotes = [_norm(q) for q in quotes if len(q.split()) >= 4]
+    assert len(quotes) >= 5
+    for q in quotes:
+        assert any(q in t for t in texts), f"not in any paper: {q!r}"

@@ -1,0 +1,200 @@
+"""The tables of docs/results.md that are typed in, checked against the JSON they come from: each
+printed number must be the JSON value rounded to the digits printed."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = (ROOT / "docs" / "results.md").read_text()
+
+
+def _json(name: str):
+    return json.loads((ROOT / "docs" / "results" / name).read_text())
+
+
+def _section(title_start: str) -> str:
+    i = RESULTS.index("\n## " + title_start)
+    j = RESULTS.find("\n## ", i + 1)
+    return RESULTS[i : j if j > 0 else None]
+
+
+def _rows(text: str, first_cell: str) -> list[list[str]]:
+    """The cells of table rows whose first cell starts with `first_cell`."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("| " + first_cell):
+            out.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return out
+
+
+def _number(text: str) -> tuple[float, float]:
+    """A printed number and half a unit of its last printed digit."""
+    t = text.replace("−", "-").replace(",", "").replace("+", "").strip()
+    m = re.fullmatch(r"(-?\d+)(?:\.(\d+))?(?:e(-?\d+))?", t)
+    assert m, f"not a number: {text!r}"
+    decimals = len(m.group(2) or "")
+    exp = int(m.group(3) or 0)
+    return float(t), 0.5 * 10.0 ** (exp - decimals)
+
+
+def _same(printed: str, value: float) -> bool:
+    x, half = _number(printed)
+    # three significant digits of an integer column (e.g. 2011 tokens/s) are printed exactly
+    return abs(x - value) <= half * (1 + 1e-9)
+
+
+def _check(printed: str, value: float, where: str) -> None:
+    assert _same(printed, value), f"{where}: the page says {printed}, the JSON {value}"
+
+
+def test_number_reader():
+    assert _same("5.279", 5.2794) and not _same("5.279", 5.2796)
+    assert _same("2.63e-3", 0.002634) and not _same("2.63e-3", 0.00264)
+    assert _same("−0.017", -0.0172) and _same("2011", 2011.4)
+
+
+def test_section_1_losses_are_report_json():
+    runs = {r["name"]: r for r in _json("report.json")["runs"]}
+    rows = _rows(_section("1. Loss"), "scratch-")
+    assert len(rows) == 6
+    for name, train, val, ppl, wall, tps in rows:
+        r = runs[name]
+        for printed, key in (
+            (train, "final_train_loss"),
+            (val, "val_loss"),
+            (ppl, "val_ppl"),
+            (wall, "wall_time_s"),
+            (tps, "tokens_per_s"),
+        ):
+            _check(printed, r[key], f"§1 {name} {key}")
+
+
+def test_section_3_gradient_shares_are_report_json():
+    runs = {r["name"]: r for r in _json("report.json")["runs"]}
+    rows = _rows(_section("3. Output-side"), "scratch-")
+    assert len(rows) == 6
+    for name, *cells in rows:
+        share = runs[name]["grad_out_share"]["share"]
+        windows = [share[:20], share[20:100], share[100:], share]
+        for printed, w in zip(cells, windows, strict=True):
+            _check(printed, sum(w) / len(w), f"§3 {name}")
+
+
+def test_section_4b_cross_seed_table_is_cross_seed_json():
+    data = _json("cross_seed.json")
+    section = _section("4. The tied matrix")
+    part_b = section[section.index("**B. Control") :]
+    rows = _rows(part_b, "scratch-")
+    assert len(rows) == 10
+    for a, b, pair, orth, lin, knn, spec in rows:
+        key = f"{a.removeprefix('scratch-')}_vs_{b.removeprefix('scratch-')}"
+        blocks = data[key]
+
+        def find(block, field, pair=pair, blocks=blocks):
+            for p in blocks[block]["pairs"]:
+                if re.sub(r" \([^)]*\)", "", p["label"]) == pair:
+                    return p[field]
+            raise AssertionError(f"{pair} not in {block}")
+
+        _check(orth, find("alignment", "orthogonal"), f"§4 B {key} {pair}")
+        _check(lin, find("alignment", "linear"), f"§4 B {key} {pair}")
+        _check(knn, find("knn_overlap", "overlap"), f"§4 B {key} {pair}")
+        _check(spec, find("spectral_distance", "distance"), f"§4 B {key} {pair}")
+
+
+def test_section_5_and_6_norms_and_drift_are_report_json():
+    runs = {r["name"]: r for r in _json("report.json")["runs"]}
+    rows = _rows(_section("5. Norms"), "scratch-")
+    assert len(rows) == 6
+    for name, e, u in rows:
+        nf = runs[name]["probe"]["norm_frequency"]
+        _check(e, nf["E"]["spearman_rho"], f"§5 {name} E")
+        _check(u, nf["U"]["spearman_rho"], f"§5 {name} U")
+    rows = _rows(_section("6. Drift"), "scratch-")
+    assert len(rows) == 6
+    for name, _steps, e, u in rows:
+        drift = runs[name]["probe"]["drift"]
+        for printed, side in ((e, "E"), (u, "U")):
+            values = [v.strip() for v in printed.strip("[]").split(",")]
+            for p, v in zip(values, drift[side]["to_first"], strict=True):
+                _check(p, v, f"§6 {name} {side}")
+
+
+def test_section_7_lens_table_is_report_json():
+    records = {(r["name"], r["kind"]): r["kl"] for r in _json("report.json")["lens"]["records"]}
+    rows = _rows(_section("7. Lens"), "scratch-")
+    assert len(rows) == 12
+    for name, kind, *cells in rows:
+        for p, v in zip(cells, records[(name, kind)], strict=True):
+            _check(p, v, f"§7 {name} {kind}")
+
+
+def test_section_10_side_effects_are_updates_report_json():
+    adapters = {
+        f"{a['base']} + {a['task'].upper()}": a
+        for a in _json("updates_report.json")["updates"]["adapters"]
+    }
+    section = _section("10. Updates")
+    table = section[section.index("| adapter | WikiText-2 KL") :]
+    rows = [r for r in _rows(table, "") if " + " in r[0]][:6]
+    assert len(rows) == 6
+    for name, wk, wt, wd, gk, gt, gd in rows:
+        texts = adapters[name.replace("GSM8K", "GSM8K")]["side_effects"]["texts"]
+        for kl, top1, dloss, text in (
+            (wk, wt, wd, "wikitext-2"),
+            (gk, gt, gd, "gutenberg-validation"),
+        ):
+            t = texts[text]
+            point, lo, hi = re.match(r"(\S+) \[(\S+), (\S+)\]", kl).groups()
+            _check(point, t["kl_nats"], f"§10 {name} {text} KL")
+            _check(lo, t["kl_nats_ci95"][0], f"§10 {name} {text} KL low")
+            _check(hi, t["kl_nats_ci95"][1], f"§10 {name} {text} KL high")
+            _check(top1, t["top1_agreement"], f"§10 {name} {text} top-1")
+            _check(dloss, t["delta_loss"], f"§10 {name} {text} Δloss")
+
+
+@pytest.mark.parametrize("bad", ["5.280", "5.278"])
+def test_a_mistyped_loss_is_caught(bad):
+    value = next(r for r in _json("report.json")["runs"] if r["name"] == "scratch-untied-s0")
+    assert _same("5.279", value["final_train_loss"])
+    assert not _same(bad, value["final_train_loss"])
+
+
+def test_section_11_input_gradient_scaling_is_its_json():
+    data = _json("input_grad_scale.json")
+    early, final = str(data["steps"]["early"]), str(data["steps"]["final"])
+    rows = _rows(_section("11. Input-gradient"), "scratch-tt")
+    assert len(rows) == len(data["runs"]) >= 2
+    for name, scale, val, *cells in rows:
+        r = data["runs"][name]
+        assert scale == f"×{r['scale']}"
+        _check(val, r["val_loss"][final], f"§11 {name} val loss")
+        refs = [
+            (r["seed"], early),
+            (r["seed"], final),
+            (1 - r["seed"], final),
+        ]
+        for (seed, step), pair in zip(refs, zip(cells[::2], cells[1::2], strict=True), strict=True):
+            rows_ = r["against"].get(f"untied-s{seed}")
+            for printed, side in zip(pair, ("input", "output"), strict=True):
+                if rows_ is None:
+                    assert printed == "–", f"§11 {name}: no untied-s{seed}, yet {printed}"
+                else:
+                    _check(printed, rows_[step][side]["orthogonal"], f"§11 {name} {side}")
+
+
+def test_section_12_trace_overlaps_are_the_trace_json():
+    files = {"TT": "tt-s0", "PIT": "pit-s0", "untied": "untied-s0"}
+    rows = [r for r in _rows(_section("12. Transition"), "") if ", step " in r[0]]
+    assert len(rows) >= 4
+    for model, *overlaps, _agree in rows:
+        kind, step = model.split(", step ")
+        path = ROOT / "docs" / "results" / "traces" / f"{files[kind]}-step{step}.json"
+        entries = json.loads(path.read_text())["entries"]
+        for printed, e in zip(overlaps, entries, strict=True):
+            _check(printed, e["overlap"], f"§12 {model} {e['label']}")
