@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from tying.evaluation.stats import mcnemar_exact, paired_bootstrap, wilson_interval
+from tying.evaluation.stats import (
+    holm,
+    matched_loss_comparison,
+    mcnemar_exact,
+    paired_bootstrap,
+    sign_flip_test,
+    wilson_interval,
+)
 
 Z95 = 1.959963984540054  # Φ⁻¹(0.975)
 
@@ -197,3 +204,47 @@ def test_bootstrap_interval_is_near_the_normal_one_for_many_items():
 def test_bootstrap_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
         paired_bootstrap(**kwargs)
+
+
+# --------------------------------------------------------- units of replication (issue 26)
+
+
+def test_sign_flip_test_against_hand_counted_patterns() -> None:
+    # [1, 2, 3]: of the 8 sign patterns only +++ and --- have |mean| >= 2
+    r = sign_flip_test([1.0, 2.0, 3.0])
+    assert r.p_value == pytest.approx(2 / 8) and r.mean_difference == pytest.approx(2.0)
+    # one-sided: only the observed pattern and the one flipping -0.5 reach a mean >= 1.9
+    r = sign_flip_test([1.0, 2.0, 3.0, -0.5, 4.0], alternative="greater")
+    assert r.p_value == pytest.approx(2 / 32)
+    assert r.smallest_p_value == pytest.approx(1 / 32)
+    # eight units can never go below 2/256 two-sided, however large the effect
+    r = sign_flip_test([5.0] * 8)
+    assert r.p_value == pytest.approx(2 / 256) == r.smallest_p_value
+    with pytest.raises(ValueError, match="1 to 20"):
+        sign_flip_test([])
+    with pytest.raises(ValueError, match="alternative"):
+        sign_flip_test([1.0], alternative="bigger")
+
+
+def test_holm_step_down_by_hand() -> None:
+    # sorted 0.01, 0.03, 0.04, 0.20 -> 4·0.01, max(.., 3·0.03), max(.., 2·0.04), max(.., 1·0.20)
+    assert holm([0.01, 0.04, 0.03, 0.20]) == pytest.approx([0.04, 0.09, 0.09, 0.20])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert holm([]) == []
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        holm([1.5])
+
+
+def test_matched_loss_comparison_reads_both_lines_at_one_loss() -> None:
+    # a: effect = 2·loss + 1 at 3, 4, 5; b: effect = 2·loss + 0.5 at 3.5, 4.5, 5.5.
+    # Overlap 3.5-5, read at 4.25: a 9.5, b 9.0. A raw mean would compare 9.0 with 9.5 the other
+    # way round only because b's bases sit at higher losses.
+    r = matched_loss_comparison([3, 4, 5], [7, 9, 11], [3.5, 4.5, 5.5], [7.5, 9.5, 11.5])
+    assert r.at_loss == pytest.approx(4.25) and r.overlap == pytest.approx((3.5, 5.0))
+    assert (r.effect_a, r.effect_b) == pytest.approx((9.5, 9.0))
+    assert r.difference == pytest.approx(-0.5)
+    assert (r.slope_a, r.intercept_a, r.slope_b, r.intercept_b) == pytest.approx((2, 1, 2, 0.5))
+    with pytest.raises(ValueError, match="do not overlap"):
+        matched_loss_comparison([1, 2], [0, 0], [3, 4], [0, 0])
+    with pytest.raises(ValueError, match="all base losses are equal"):
+        matched_loss_comparison([1, 1], [0, 1], [3, 4], [0, 0])

@@ -1,7 +1,11 @@
-"""Statistics for comparing evaluations: Wilson interval, exact McNemar test, paired bootstrap.
+"""Statistics for comparing evaluations: Wilson interval, exact McNemar test, paired bootstrap;
+and for comparing interfaces over independently trained units: the exact sign-flip test, Holm's
+step-down correction and the difference of two regressions at a matched base loss.
 
-All three take per-item results, so that two evaluations of the same items (a base model and
-its update) are compared item by item. docs/evaluation.md gives each definition.
+The first three take per-item results, so that two evaluations of the same items (a base model
+and its update) are compared item by item. The last three take one value per unit of
+replication (an independently trained base and adapter, a seed). docs/evaluation.md gives each
+definition.
 """
 
 from __future__ import annotations
@@ -192,3 +196,147 @@ def paired_bootstrap(
         n_resamples=n_resamples,
         confidence=confidence,
     )
+
+
+@dataclass(frozen=True)
+class SignFlipResult:
+    """Exact sign-flip (paired permutation) test of a mean difference.
+
+    Attributes:
+        mean_difference: mean of the n paired differences (the observed statistic).
+        p_value: the fraction of the 2^n sign patterns whose mean is at least as extreme as the
+            observed one (two-sided: |mean| ≥ |observed|), the observed pattern included.
+        smallest_p_value: the smallest p-value n units can give (2/2^n two-sided, 1/2^n one-sided):
+            with n = 8 no effect can reach p < 0.0078.
+        n: number of units.
+        alternative: "two-sided", "greater" (mean > 0) or "less".
+    """
+
+    mean_difference: float
+    p_value: float
+    smallest_p_value: float
+    n: int
+    alternative: str
+
+
+#: Largest n enumerated exactly (2^20 sign patterns).
+SIGN_FLIP_MAX_N = 20
+
+
+def sign_flip_test(differences: Sequence[float], alternative: str = "two-sided") -> SignFlipResult:
+    """Exact sign-flip test that paired differences are symmetric about 0 (mean statistic).
+
+    Under the null each difference d_i is as likely to be +|d_i| as −|d_i|; all 2^n sign patterns
+    are enumerated (`scipy.stats.permutation_test` with one sample and
+    `permutation_type="samples"`, `n_resamples=inf`), so the p-value is exact.
+
+    Args:
+        differences: one difference per unit of replication (e.g. PIT − TT per seed), n ≤ 20.
+        alternative: "two-sided", "greater" or "less".
+
+    Raises:
+        ValueError: fewer than 1 or more than `SIGN_FLIP_MAX_N` differences, a non-finite one, or
+            an unknown alternative.
+    """
+    from scipy.stats import permutation_test
+
+    d = np.asarray(differences, dtype=np.float64)
+    if d.ndim != 1 or not 1 <= d.size <= SIGN_FLIP_MAX_N:
+        raise ValueError(f"need 1 to {SIGN_FLIP_MAX_N} differences, got shape {d.shape}")
+    if not np.isfinite(d).all():
+        raise ValueError("the differences must be finite")
+    if alternative not in ("two-sided", "greater", "less"):
+        raise ValueError(f"alternative must be two-sided, greater or less, got {alternative!r}")
+    result = permutation_test(
+        (d,), np.mean, permutation_type="samples", n_resamples=np.inf, alternative=alternative
+    )
+    smallest = (2.0 if alternative == "two-sided" else 1.0) / 2.0**d.size
+    return SignFlipResult(float(d.mean()), float(result.pvalue), smallest, int(d.size), alternative)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error control), in the input order.
+
+    With the m p-values sorted ascending p_(1) ≤ … ≤ p_(m): adj_(j) = max_{i ≤ j} min(1,
+    (m − i + 1) p_(i)). Reject hypothesis j at level α when adj_j ≤ α.
+
+    Raises:
+        ValueError: a p-value outside [0, 1].
+    """
+    p = np.asarray(p_values, dtype=np.float64)
+    if p.size and (not np.isfinite(p).all() or p.min() < 0 or p.max() > 1):
+        raise ValueError("p-values must lie in [0, 1]")
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    adjusted = np.empty(m)
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[index]))
+        adjusted[index] = running
+    return adjusted.tolist()
+
+
+@dataclass(frozen=True)
+class MatchedLossComparison:
+    """Two interfaces' effect compared at one base loss, through a line fitted to each.
+
+    Attributes:
+        at_loss: the base loss (nats/token) where both lines are read.
+        effect_a: fitted effect of interface a at `at_loss` (the effect's unit).
+        effect_b: the same for b.
+        difference: effect_b − effect_a.
+        slope_a, intercept_a, slope_b, intercept_b: the least-squares lines effect = slope ·
+            loss + intercept.
+        overlap: (low, high), the base losses both interfaces cover; `at_loss` defaults to its
+            middle, and a reading outside it is an extrapolation.
+    """
+
+    at_loss: float
+    effect_a: float
+    effect_b: float
+    difference: float
+    slope_a: float
+    intercept_a: float
+    slope_b: float
+    intercept_b: float
+    overlap: tuple[float, float]
+
+
+def matched_loss_comparison(
+    loss_a: Sequence[float],
+    effect_a: Sequence[float],
+    loss_b: Sequence[float],
+    effect_b: Sequence[float],
+    at_loss: float | None = None,
+) -> MatchedLossComparison:
+    """Compare an effect (e.g. side-effect KL) of two interfaces at the same base loss.
+
+    Each interface's effect is regressed on its bases' losses (ordinary least squares, one line
+    per interface, every base, e.g. every checkpoint of every seed, one point), and both lines are
+    read at `at_loss` (default: the middle of the loss range both cover), so that a base's
+    distance to the optimum is not taken for the interface.
+
+    Raises:
+        ValueError: fewer than 2 points or mismatched lengths for an interface, a constant loss,
+            or loss ranges that do not overlap (and no `at_loss` given).
+    """
+    lines = []
+    for name, loss, effect in (("a", loss_a, effect_a), ("b", loss_b, effect_b)):
+        x, y = np.asarray(loss, dtype=np.float64), np.asarray(effect, dtype=np.float64)
+        if x.shape != y.shape or x.ndim != 1 or x.size < 2:
+            raise ValueError(f"interface {name}: need >= 2 (loss, effect) pairs of equal length")
+        if np.ptp(x) == 0:
+            raise ValueError(f"interface {name}: all base losses are equal; a line needs two")
+        slope, intercept = np.polyfit(x, y, 1)
+        lines.append((float(slope), float(intercept), float(x.min()), float(x.max())))
+    (sa, ia, lo_a, hi_a), (sb, ib, lo_b, hi_b) = lines
+    overlap = (max(lo_a, lo_b), min(hi_a, hi_b))
+    if at_loss is None:
+        if overlap[0] > overlap[1]:
+            raise ValueError(
+                f"the base losses do not overlap ({lo_a:.3f}-{hi_a:.3f} vs {lo_b:.3f}-{hi_b:.3f}): "
+                "give at_loss to extrapolate"
+            )
+        at_loss = 0.5 * (overlap[0] + overlap[1])
+    ea, eb = sa * at_loss + ia, sb * at_loss + ib
+    return MatchedLossComparison(float(at_loss), ea, eb, eb - ea, sa, ia, sb, ib, overlap)
