@@ -205,3 +205,28 @@ def test_rejects_bad_input() -> None:
     bad[0, 0] = float("inf")
     with pytest.raises(ValueError, match="non-finite"):
         knn_indices(bad, 3)
+
+
+def test_duplicated_rows_tie_whatever_the_product_rounds(monkeypatch) -> None:
+    """A many-core BLAS rounds one entry of a product differently by where the tiling puts it
+    (a 16-core machine broke the test above that way). Simulated here: every tile product gets
+    a relative last-bit perturbation that depends on the column's position in the tile. Copies of a row
+    still tie exactly and break by index, the same for every tiling."""
+    import tying.analysis.neighbors as neighbors
+
+    exact = neighbors.tile_matmul
+
+    def position_dependent(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        S = exact(a, b)  # a relative last-bit change: an exact 0 (the zero row) stays 0
+        return S * (1 + 1.5e-7 * torch.arange(S.shape[1], dtype=S.dtype).sin())
+
+    X, groups = _with_duplicates(300, 16, seed=14)
+    reference = knn_indices(X, 6)  # exact products: index tie-breaking
+    for group in groups:  # a row's copies come first, by index
+        for row in group:
+            others = [r for r in group if r != row][:6]
+            assert reference[row, : len(others)].tolist() == others
+    monkeypatch.setattr(neighbors, "tile_matmul", position_dependent)
+    for block_size, chunk in [(8192, None), (64, 4), (37, 1)]:
+        got = knn_indices(X, 6, block_size=block_size, chunk=chunk)
+        assert torch.equal(got, reference), (block_size, chunk)

@@ -328,8 +328,55 @@ def knn_indices(
     V = X.shape[0]
     if V <= k:
         raise ValueError(f"k={k} neighbours need more than k rows, got V={V}; use a smaller k")
-    _, idx = _top_m_all(normalize_rows(X), k, _Plan(block=block_size, chunk=chunk))
-    return idx
+    Y = normalize_rows(X)
+    plan = _Plan(block=block_size, chunk=chunk)
+    unique_rows, inverse = torch.unique(Y, dim=0, return_inverse=True)
+    if unique_rows.shape[0] == V:
+        return _top_m_all(Y, k, plan)[1]
+    return _knn_with_duplicates(unique_rows, inverse, k, plan)
+
+
+def _knn_with_duplicates(unique_rows: Tensor, inverse: Tensor, k: int, plan: _Plan) -> Tensor:
+    """`knn_indices` of a matrix with exactly duplicated rows, from its U distinct rows.
+
+    Copies of one row must tie exactly, and their order must then follow the index. Computed in
+    one product per tile, two copies can differ in the last bit, by where the tiling puts them
+    (seen with a 16-core BLAS): so the similarities are computed once per pair of DISTINCT rows
+    and every copy takes its row's value. Rows are grouped by their distinct row (groups ranked
+    by first index), the top-m groups of every group are found among the distinct rows
+    (m = min(k, U − 1)), and each row's k neighbours are the members of its own group (value
+    ŷ·ŷ, itself excluded) and of those m groups, by decreasing value and increasing index.
+
+    Args:
+        unique_rows: (U, d) the distinct normalised rows; inverse: (V,) each row's distinct row.
+
+    Returns:
+        (V, k) int64, as `knn_indices`.
+    """
+    V, U = inverse.shape[0], unique_rows.shape[0]
+    rows = torch.arange(V, device=inverse.device)
+    first = torch.full((U,), V, dtype=torch.int64, device=inverse.device)
+    first = first.scatter_reduce(0, inverse, rows, "amin")
+    order = torch.argsort(first)  # groups by their first index: index tie-breaking carries over
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(U, device=order.device)
+    unique_rows, group = unique_rows[order], rank[inverse]
+    m = min(k, U - 1)
+    vals, idx = _top_m_all(unique_rows, m, plan)
+    self_vals = (unique_rows * unique_rows).sum(dim=1)
+    members: list[list[int]] = [[] for _ in range(U)]
+    for row, g in enumerate(group.tolist()):
+        members[g].append(row)  # ascending, as rows are visited in order
+    vals_l, idx_l, self_l = vals.tolist(), idx.tolist(), self_vals.tolist()
+    out = torch.empty(V, k, dtype=torch.int64)
+    for g in range(U):
+        candidates = [(-self_l[g], r) for r in members[g]]
+        for value, h in zip(vals_l[g], idx_l[g], strict=True):
+            candidates.extend((-value, r) for r in members[h])
+        candidates.sort()
+        for row in members[g]:
+            out[row] = torch.tensor([r for _, r in candidates if r != row][:k])
+    return out.to(inverse.device)
 
 
 def neighbor_overlap(idx_a: Tensor, idx_b: Tensor) -> float:
