@@ -113,6 +113,14 @@ def train_tiny(corpus: dict[str, Path], out: Path, cache: Path, **overrides) -> 
     return out
 
 
+@pytest.fixture
+def cuda() -> torch.device:
+    """The CUDA device; skips the test on a machine without one (the tests marked `cuda`)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    return torch.device("cuda")
+
+
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)

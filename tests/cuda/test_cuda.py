@@ -1,17 +1,14 @@
-"""The GPU path, where users train: compiled = eager, SIGKILL + resume bitwise with compile on,
-the lens in bf16 against fp32, the probe, a LoRA finetune and greedy generation on CUDA.
+"""The GPU path, where users train: compiled = eager, the lens in bf16 against fp32, the probe and
+greedy generation on CUDA (SIGKILL + resume bitwise with compile on is a case of
+tests/train/test_train_run.py, the LoRA finetune tests/update/test_finetune_cuda.py).
 
 All tests are marked `cuda` and skip without a GPU (`pytest -m cuda` runs them alone)."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -69,59 +66,6 @@ def test_compiled_training_equals_eager(cuda, tie: str, precision: str) -> None:
     tol = LOSS_TOL if precision == "fp32" else 2e-2  # bf16 products: rounding differs by order
     for step, (a, b) in enumerate(zip(eager, compiled, strict=True)):
         assert abs(a - b) < tol, (step, eager, compiled)
-
-
-def _train(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tying", "train", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def _losses(run: Path) -> dict[int, float]:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["loss"] for r in rows if "loss" in r and "event" not in r}
-
-
-def test_compiled_run_killed_then_resumed_repeats_the_losses_bitwise(
-    cuda, small_corpus, tmp_path
-) -> None:
-    steps = 12
-
-    def args(out: Path, **extra) -> list[str]:
-        settings = tiny_train_settings(
-            small_corpus,
-            out,
-            max_steps=steps,
-            checkpoint_every=2,
-            precision="bf16",
-            compile=True,
-            tie="pit",
-            pit_trainable_z=True,
-            **extra,
-        )
-        return as_overrides(settings)
-
-    ref = _train(args(tmp_path / "ref"))
-    assert ref.wait(timeout=600) == 0, ref.stdout.read()
-    reference = _losses(tmp_path / "ref")
-
-    killed = tmp_path / "killed"
-    proc = _train(args(killed))
-    deadline = time.time() + 600
-    while time.time() < deadline:
-        if (killed / "metrics.jsonl").exists() and max(_losses(killed), default=0) >= 5:
-            break
-        time.sleep(0.02)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    again = _train(args(killed, resume=True))
-    assert again.wait(timeout=600) == 0, again.stdout.read()
-    resumed = _losses(killed)
-    assert sorted(resumed) == list(range(1, steps + 1))
-    assert resumed == reference
 
 
 def test_lens_bf16_follows_fp32_on_cuda(cuda) -> None:

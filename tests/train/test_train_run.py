@@ -64,16 +64,31 @@ def _start(args, env=None):
     )
 
 
-def test_sigkill_then_resume_gives_identical_losses(small_corpus, tmp_path) -> None:
+@pytest.mark.parametrize(
+    "device_settings",
+    [
+        pytest.param({}, id="default"),
+        pytest.param(
+            {"precision": "bf16", "compile": True},
+            id="cuda-compiled-bf16",
+            marks=[
+                pytest.mark.cuda,
+                pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+            ],
+        ),
+    ],
+)
+def test_sigkill_then_resume_gives_identical_losses(
+    small_corpus, tmp_path, device_settings
+) -> None:
     steps = 12
+    settings = dict(max_steps=steps, tie="pit", pit_trainable_z=True, **device_settings)
     ref_dir, killed_dir = tmp_path / "ref", tmp_path / "killed"
-    ref = _start(small_run(small_corpus, ref_dir, max_steps=steps, tie="pit", pit_trainable_z=True))
+    ref = _start(small_run(small_corpus, ref_dir, **settings))
     assert ref.wait(timeout=300) == 0, ref.stdout.read()
     reference = _losses(ref_dir)
 
-    proc = _start(
-        small_run(small_corpus, killed_dir, max_steps=steps, tie="pit", pit_trainable_z=True)
-    )
+    proc = _start(small_run(small_corpus, killed_dir, **settings))
     deadline = time.time() + 300
     while time.time() < deadline:
         done = [s for s in _losses(killed_dir)] if (killed_dir / "metrics.jsonl").exists() else []
@@ -87,11 +102,7 @@ def test_sigkill_then_resume_gives_identical_losses(small_corpus, tmp_path) -> N
     resumed_from = json.loads((last / "trainer.json").read_text())["step"]
     assert 0 < resumed_from < steps, "the run finished before it was killed; nothing was tested"
 
-    again = _start(
-        small_run(
-            small_corpus, killed_dir, max_steps=steps, tie="pit", pit_trainable_z=True, resume=True
-        )
-    )
+    again = _start(small_run(small_corpus, killed_dir, resume=True, **settings))
     assert again.wait(timeout=300) == 0, again.stdout.read()
     resumed = _losses(killed_dir)
     assert sorted(resumed) == list(range(1, steps + 1))

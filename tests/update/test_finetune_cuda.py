@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 from tying.update import finetune
 
@@ -15,9 +14,9 @@ from .test_finetune import metrics, options
 pytestmark = pytest.mark.cuda
 
 
-def test_lora_finetune_on_cuda_learns_and_saves_its_adapter(tiny_base: Path, tmp_path) -> None:
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
+def test_lora_finetune_on_cuda_learns_and_saves_its_adapter(
+    cuda, tiny_base: Path, tmp_path
+) -> None:
     out = tmp_path / "adapter"
     finetune(options(tiny_base, out, device="cuda", precision="bf16", max_steps=12, lr=3e-3))
     rows = [r for r in metrics(out) if "loss" in r]

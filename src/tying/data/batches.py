@@ -34,26 +34,6 @@ from torch import Tensor
 from tying.data.shards import TokenStore
 
 
-def check_token_ids(batch: Tensor, vocab_size: int) -> None:
-    """Raise IndexError when a host-side batch of ids holds one outside [0, vocab_size).
-
-    The training loop checks every batch here, on the CPU before it is copied to the device,
-    so that the model's forward needs no host sync for the same check (one pass over B×L
-    int64 ids, microseconds).
-
-    Args:
-        batch: (B, L) integer ids on the CPU.
-        vocab_size: V of the model that will read them.
-    """
-    lo, hi = int(batch.min()), int(batch.max())
-    if lo < 0 or hi >= vocab_size:
-        bad = hi if hi >= vocab_size else lo
-        raise IndexError(
-            f"token id {bad} is outside the vocabulary [0, {vocab_size}): the token shards do not "
-            f"match this model (V={vocab_size}); tokenize the data with the model's tokenizer"
-        )
-
-
 def num_windows(num_tokens: int, seq_len: int) -> int:
     """n_w = floor((N - 1) / L): windows of L + 1 tokens at stride L in N tokens."""
     return max((num_tokens - 1) // seq_len, 0)

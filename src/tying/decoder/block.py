@@ -76,4 +76,4 @@ class ParallelBlock(nn.Module):
         weight = torch.cat([lin.weight for lin in projections])
         q, k, v, g, u = F.linear(h, weight).split([lin.out_features for lin in projections], -1)
         attended = self.attn.attend(q, k, v, cos, sin, attn_mask, cache, layer_idx)
-        return attended + self.mlp.down_proj(F.silu(g) * u)
+        return attended + self.mlp.from_projections(g, u)

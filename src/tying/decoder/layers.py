@@ -81,4 +81,8 @@ class SwiGLU(nn.Module):
         self.down_proj.residual_out = True  # scaled init (see Decoder.init_module_)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.from_projections(self.gate_proj(x), self.up_proj(x))
+
+    def from_projections(self, gate: Tensor, up: Tensor) -> Tensor:
+        """down(silu(gate) ⊙ up) from the two input projections, (..., f) each -> (..., d)."""
+        return self.down_proj(F.silu(gate) * up)

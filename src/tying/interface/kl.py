@@ -90,7 +90,7 @@ def distill_rows(
     Returns:
         ((r,) CE, (r,) KL in nats and a, (r, V) gradient in the dtype of z or None).
     """
-    acc = torch.float64 if z.dtype == torch.float64 else torch.float32
+    acc = _accumulate_dtype(z.dtype)
     inv_tau = 1.0 / temperature
     s = z if inplace and z.dtype == acc else z.to(acc, copy=True)
     t = teacher_z if inplace and teacher_z.dtype == acc else teacher_z.to(acc, copy=True)

@@ -81,7 +81,7 @@ def _accumulate_dtype(compute_dtype: torch.dtype) -> torch.dtype:
 
 def _out_dtype(x: Tensor) -> torch.dtype:
     """The dtype of the returned losses: float64 for float64 inputs, float32 otherwise."""
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
+    return _accumulate_dtype(x.dtype)
 
 
 def ce_rows(
@@ -114,7 +114,7 @@ def ce_rows(
     Returns:
         ((r,) losses in a, (r, V) gradient in the dtype of z, or None without `scale`).
     """
-    acc = torch.float64 if z.dtype == torch.float64 else torch.float32
+    acc = _accumulate_dtype(z.dtype)
     u = z if inplace and z.dtype == acc else z.to(acc, copy=True)
     if bias is not None:
         u.add_(bias)
@@ -148,8 +148,8 @@ def run_rows(
     """`fn(z, *row_args, *args, inplace)` on a chunk of logits `z` (n, V), in one call or by rows.
 
     `fn` returns per-row outputs ((n,) each) and, last, a gradient (n, V) or None. Compiled
-    (an accelerator and `kernels.enabled`): one call on the whole chunk; eager on CUDA (or another accelerator):
-    one in-place call; eager on the CPU: calls on row blocks of ≤ 6·2^20 logits, in place,
+    (`compiles_on` the device and `kernels.enabled`): one call on the whole chunk; eager on an
+    accelerator: one in-place call; eager on the CPU: calls on row blocks of ≤ 6·2^20 logits, in place,
     the gradient written into `z`. `row_args` are sliced by rows (None and 0-d tensors are
     passed whole); `args` are passed as they are.
 

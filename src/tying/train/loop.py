@@ -26,8 +26,8 @@ import torch
 from torch import nn
 
 from tying.config import ConfigError, save_config, to_dict
-from tying.data.batches import check_token_ids
 from tying.devices import autocast_for, resolve_compile, resolve_precision
+from tying.interface.loss import check_ids
 from tying.train import checkpoint as ckpt
 from tying.train.build import TrainingSetup, build_setup
 from tying.train.config import TrainConfig, saved_train_config
@@ -79,6 +79,12 @@ class TrainResult:
             "val_loss": self.val_loss,
             "elapsed_s": round(self.elapsed_s, 2),
         }
+
+
+#: The hint of the host-side id check of every batch.
+_SHARD_MISMATCH = (
+    ": the token shards do not match this model (V={V}); tokenize the data with its tokenizer"
+)
 
 
 def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -395,8 +401,8 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
             parts_sum = torch.zeros(2, device=info.device)
             for micro in range(accum):
                 inputs, targets = sampler.next_batch()
-                check_token_ids(inputs, vocab_size)  # on the host: no sync in the forward
-                check_token_ids(targets, vocab_size)
+                for ids in (inputs, targets):  # on the host: no sync in the forward
+                    check_ids(ids, vocab_size, "token id", _SHARD_MISMATCH.format(V=vocab_size))
                 inputs, targets = to_device(inputs, info.device), to_device(targets, info.device)
                 sync = micro == accum - 1 or not (info.enabled and cfg.distributed == "ddp")
                 with (
