@@ -8,18 +8,24 @@ JSON is rewritten after each, so a run cut by its time limit keeps what it measu
   (bytes read + written), both measured here: every MFU below is over THIS peak.
 - `flash`: whether SDPA's flash kernel runs our attention shape (bf16, causal, GQA with
   `enable_gqa`), and its time against SDPA's default choice.
-- `steps`: one training step (forward, backward, clipping, AdamW, fused on CUDA) of the `small`
-  preset (d 768, 16 layers, V 50,257) on 16 × 1,024 tokens under bf16 autocast: our Decoder
-  TT eager and compiled, PIT (trainable Z, retraction every step) and untied compiled, and
-  transformers' LlamaForCausalLM of the same shape (tied) eager and compiled. Per variant:
-  median step time (CUDA events), tokens/s, MFU = (6·N + 12·L·T·d)·tokens / time / peak
-  (N = parameters in matrix products, the head once; `benchmarks/train_throughput.py`), peak
-  memory, the losses of every step. Eager and compiled TT start from the same weights and read
-  the same batches: their losses must agree step for step (compiled = eager).
-- `train`: `tying train preset=small` (seq 1,024, 16,384 tokens/step, compile and precision
-  auto) on Gutenberg text for `--train-steps` steps: the median tokens/s of the steps after
-  the first 10 (compilation) and its MFU; then `tying probe` and `tying lens --kind logit` on
-  that run (exit status, seconds).
+- `steps`: one optimizer step of the `small` preset (d 768, 16 layers, V 50,257) as `tying
+  train` takes it: `--step-tokens` tokens (default 131,072, the issue's run) in micro-batches of
+  16 (or 32, "micro2x") × 1,024 tokens, each forward and backward under bf16 autocast, then
+  clipping and AdamW (fused on CUDA; PIT's Z retracted after the step). Variants, in order of
+  importance (none starts after `--steps-budget-s`): our Decoder TT compiled and eager, PIT
+  (trainable Z, the scratch default; T^{-1} applied by a product on the GPU, and by triangular
+  solves as on the CPU, "solves") and untied compiled, TT with 1 GiB chunks of logits in the
+  chunked cross-entropy, transformers' LlamaForCausalLM of the same shape (tied) compiled and
+  eager. Per variant: median step time (CUDA events), tokens/s, MFU = (6·N + 12·L·T·d)·tokens /
+  time / peak (N = parameters in matrix products, the head once;
+  `benchmarks/train_throughput.py`), peak memory, the losses of every step; for TT, PIT and
+  Llama compiled a kernel profile of one step (time per kernel family, the longest kernels,
+  kernel time over wall time). Eager and compiled TT start from the same weights and read the
+  same batches: their losses must agree step for step (compiled = eager).
+- `train`: `tying train preset=small` (seq 1,024, `--step-tokens` tokens/step in the
+  micro-batch `steps` found faster, compile and precision auto) on Gutenberg text for
+  `--train-steps` steps: the median tokens/s of the steps after the fifth (compilation) and its
+  MFU; then `tying probe` and `tying lens --kind logit` on that run (exit status, seconds).
 - `lens`: the logit lens of a SmolLM2-135M-shaped model (random weights: d 576, 30 layers,
   V 49,152) on 8 × 1,024 tokens in bf16, against its floor, the (L + 1) bf16 head products
   alone, measured side by side.
@@ -34,6 +40,7 @@ script):
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -173,8 +180,9 @@ def _our_model(preset: str, tie: str, vocab: int, seq: int) -> torch.nn.Module:
 
 
 def _step_fn(model: torch.nn.Module, hf: bool, compiled: bool, device: torch.device):
-    """One training step of `model` as `tying train` takes it: bf16 autocast, clip at 1,
-    AdamW (fused on CUDA; PIT's Z retracted after each step). Returns (step(x, y) -> loss tensor)."""
+    """One optimizer step of `model` as `tying train` takes it: every micro-batch forward and
+    backward under bf16 autocast (loss / micro-batches), clip at 1, AdamW (fused on CUDA; PIT's
+    Z retracted after each step). Returns step([(x, y), ...]) -> mean loss (tensor)."""
     from tying.train.optim import build_optimizers
 
     model.to(device)
@@ -192,85 +200,187 @@ def _step_fn(model: torch.nn.Module, hf: bool, compiled: bool, device: torch.dev
         zero = opts.zero_grad
     forward = torch.compile(model) if compiled else model
 
-    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            loss = forward(input_ids=x, labels=x).loss if hf else forward(x, y)
-        loss.backward()
+    def step(batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        total = torch.zeros((), device=device)
+        for x, y in batches:
+            with torch.autocast(device.type, dtype=torch.bfloat16):
+                loss = forward(input_ids=x, labels=x).loss if hf else forward(x, y)
+            (loss / len(batches)).backward()
+            total += loss.detach() / len(batches)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         step_opt()
         zero(set_to_none=True)
-        return loss.detach()
+        return total
 
     return step
 
 
+#: Kernel families of a CUDA profile, by a pattern of the kernel's name (first match wins).
+KERNEL_FAMILIES = (
+    ("attention", ("flash", "fmha", "cudnn", "attention", "sdpa")),
+    ("matmul", ("gemm", "cutlass", "nvjet", "sm90_", "sm100_", "cublas", "trsm", "gemv")),
+    ("optimizer", ("adam", "multi_tensor", "foreach", "norm_kernel")),
+    ("compiled (Triton)", ("triton",)),
+    ("eager elementwise/reduction", ("elementwise", "reduce", "vectorized", "unrolled")),
+    ("copies", ("memcpy", "memset", "copy")),
+)
+
+
+def _kernel_profile(
+    step: Callable[[list], torch.Tensor], batches: list, device: torch.device
+) -> dict[str, Any]:
+    """Where one optimizer step's GPU time goes: kernel time per family (`KERNEL_FAMILIES`),
+    the 15 longest kernels, and the kernels' total against the step's wall time (CUDA only)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    if device.type != "cuda":
+        return {"skipped": "no CUDA device"}
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        _sync(device)
+        t0 = time.perf_counter()
+        step(batches)
+        _sync(device)
+        wall = time.perf_counter() - t0
+    per_kernel: dict[str, list[float]] = {}  # name -> [seconds, calls]
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA:
+            entry = per_kernel.setdefault(e.name, [0.0, 0])
+            entry[0] += e.time_range.elapsed_us() / 1e6
+            entry[1] += 1
+    families: dict[str, float] = {}
+    for name, (seconds, _) in per_kernel.items():
+        low = name.lower()
+        family = next((f for f, keys in KERNEL_FAMILIES if any(k in low for k in keys)), "other")
+        families[family] = families.get(family, 0.0) + seconds
+    busy = sum(families.values())
+    top = sorted(per_kernel.items(), key=lambda kv: -kv[1][0])[:15]
+    return {
+        "wall_s_profiled": wall,
+        "kernel_s_total": busy,
+        "kernel_over_wall": busy / wall,
+        "families_s": dict(sorted(families.items(), key=lambda kv: -kv[1])),
+        "top_kernels": [{"name": k[:120], "s": v[0], "calls": v[1]} for k, v in top],
+    }
+
+
 def steps(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     preset = "tiny" if args.quick else "small"
-    batch, seq = (2, 64) if args.quick else (16, 1024)
+    seq = 64 if args.quick else 1024
+    base_micro = 2 if args.quick else 16
+    step_tokens = 4 * seq * base_micro if args.quick else args.step_tokens
     vocab = 50257
-    warmup, reps = (2, 3) if args.quick else (3, args.reps)
-    data = _batches(vocab, batch, seq, 4, device)
+    warmup, reps = (2, 3) if args.quick else (2, args.reps)
     from tying.decoder import preset_config
 
+    section_t0 = time.perf_counter()
+    saved: dict[str, Any] = {}
     cfg = preset_config(preset, vocab_size=vocab, tie="tt", max_seq_len=max(seq, 1024))
-    tokens = batch * seq
-    flops = step_flops(cfg, tokens, seq)
-    variants = {
-        "ours_tt_eager": lambda: (_our_model(preset, "tt", vocab, seq), False, False),
-        "ours_tt_compiled": lambda: (_our_model(preset, "tt", vocab, seq), False, True),
-        "hf_llama_compiled": lambda: (hf_llama(cfg), True, True),
-        "ours_pit_compiled": lambda: (_our_model(preset, "pit", vocab, seq), False, True),
-        "hf_llama_eager": lambda: (hf_llama(cfg), True, False),
-        "ours_untied_compiled": lambda: (_our_model(preset, "untied", vocab, seq), False, True),
+    flops = step_flops(cfg, step_tokens, seq)
+    # name: (model, transformers?, compiled?, micro-batch factor, profile?, module attributes
+    # set for this variant only: {"module:attribute": value}); in order of importance (the
+    # section stops starting variants after --steps-budget-s).
+    Variant = tuple[torch.nn.Module, bool, bool, int, bool, dict[str, Any]]
+    big_chunks = {"tying.interface.loss:_DEFAULT_LOGIT_BYTES_PER_CHUNK": 1 << 30}
+    pit_solves = {"tying.interface.pit:solves_by_inverse": lambda device: False}
+
+    def ours(
+        tie: str,
+        compiled: bool = True,
+        factor: int = 1,
+        profiled: bool = False,
+        patches: dict[str, Any] | None = None,
+    ) -> Callable[[], Variant]:
+        return lambda: (
+            _our_model(preset, tie, vocab, seq),
+            False,
+            compiled,
+            factor,
+            profiled,
+            patches or {},
+        )
+
+    def llama(compiled: bool = True, factor: int = 1, profiled: bool = False):
+        return lambda: (hf_llama(cfg), True, compiled, factor, profiled, {})
+
+    variants: dict[str, Callable[[], Variant]] = {
+        "ours_tt_compiled": ours("tt", profiled=True),
+        "hf_llama_compiled": llama(profiled=True),
+        "ours_tt_eager": ours("tt", compiled=False),
+        "ours_tt_compiled_micro2x": ours("tt", factor=2),
+        "hf_llama_compiled_micro2x": llama(factor=2),
+        "ours_pit_compiled": ours("pit", profiled=True),
+        "ours_pit_compiled_micro2x": ours("pit", factor=2),
+        "ours_pit_compiled_solves": ours("pit", patches=pit_solves),
+        "ours_tt_compiled_chunk1g": ours("tt", patches=big_chunks),
+        "ours_untied_compiled": ours("untied"),
+        "hf_llama_eager": llama(compiled=False),
     }
     out: dict[str, Any] = {
         "preset": preset,
-        "tokens_per_step": tokens,
+        "tokens_per_step": step_tokens,
         "seq_len": seq,
+        "micro_batch": base_micro,
         "step_flops": flops,
         "variants": {},
     }
     for name, make in variants.items():
-        if time.perf_counter() - args.t0 > args.budget_s * 0.5:
+        if time.perf_counter() - section_t0 > args.steps_budget_s:
             out["variants"][name] = {"skipped": "time budget"}
             continue
         try:
             torch.manual_seed(0)
-            model, hf, compiled = make()
+            model, hf, compiled, factor, profiled, patches = make()
+            for key, value in patches.items():
+                module, attribute = key.split(":")
+                saved[key] = getattr(importlib.import_module(module), attribute)
+                setattr(importlib.import_module(module), attribute, value)
+            micro = base_micro * factor
+            n_micro = step_tokens // (micro * seq)
+            data = _batches(vocab, micro, seq, 2 * n_micro, device)
+            step_batches = [data[:n_micro], data[n_micro:]]
             step = _step_fn(model, hf, compiled, device)
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             losses: list[float] = []
             t0 = time.perf_counter()
             for i in range(warmup):
-                losses.append(float(step(*data[i % len(data)])))
+                losses.append(float(step(step_batches[i % 2])))
             warm_s = time.perf_counter() - t0
-            i = warmup
             times = []
-            for _ in range(reps):
-                x, y = data[i % len(data)]
-                loss_box: list[torch.Tensor] = []
+            for i in range(warmup, warmup + reps):
+                box: list[torch.Tensor] = []
                 times += _timed(
-                    lambda x=x, y=y, box=loss_box, fn=step: box.append(fn(x, y)), device, 1
+                    lambda b=step_batches[i % 2], box=box, fn=step: box.append(fn(b)), device, 1
                 )
-                losses.append(float(loss_box[0]))
-                i += 1
+                losses.append(float(box[0]))
             med = statistics.median(times)
             entry = {
+                "micro_batch": micro,
+                "micro_batches_per_step": n_micro,
                 "step_s_median": med,
                 "step_s_all": times,
                 "warmup_s": warm_s,
-                "tokens_per_s": tokens / med,
+                "tokens_per_s": step_tokens / med,
                 "losses": losses,
             }
             if device.type == "cuda":
                 entry["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+            if profiled:
+                entry["profile"] = _kernel_profile(step, step_batches[0], device)
             out["variants"][name] = entry
-            print(f"  {name}: {med * 1e3:.1f} ms/step, {tokens / med:,.0f} tokens/s", flush=True)
+            print(
+                f"  {name}: {med * 1e3:.1f} ms/step, {step_tokens / med:,.0f} tokens/s", flush=True
+            )
             del model, step
         except Exception as error:
             out["variants"][name] = {"error": repr(error), "traceback": traceback.format_exc()}
             print(f"  {name}: FAILED {error!r}", flush=True)
+        finally:
+            for key, value in saved.items():
+                module, attribute = key.split(":")
+                setattr(importlib.import_module(module), attribute, value)
+            saved.clear()
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return out
@@ -287,10 +397,29 @@ def _step_summary(section: dict[str, Any], peak: float) -> dict[str, Any]:
     def ratio(a: str, b: str) -> float | None:
         return ok[a]["step_s_median"] / ok[b]["step_s_median"] if a in ok and b in ok else None
 
-    summary["ours_compiled_over_hf_compiled_tokens_per_s"] = ratio(
-        "hf_llama_compiled", "ours_tt_compiled"
+    for suffix in ("", "_micro2x"):
+        summary[f"ours_compiled_over_hf_compiled_tokens_per_s{suffix}"] = ratio(
+            f"hf_llama_compiled{suffix}", f"ours_tt_compiled{suffix}"
+        )
+        summary[f"pit_over_tt_step_time_compiled{suffix}"] = ratio(
+            f"ours_pit_compiled{suffix}", f"ours_tt_compiled{suffix}"
+        )
+    best = {
+        who: min(
+            (e["step_s_median"] for k, e in ok.items() if k.startswith(f"{who}_compiled")),
+            default=None,
+        )
+        for who in ("ours_tt", "hf_llama")
+    }
+    if best["ours_tt"] and best["hf_llama"]:
+        summary["ours_best_over_hf_best_tokens_per_s"] = best["hf_llama"] / best["ours_tt"]
+        summary["ours_best_mfu"] = section["step_flops"] / best["ours_tt"] / peak
+    summary["pit_solves_over_pit_step_time_compiled"] = ratio(
+        "ours_pit_compiled_solves", "ours_pit_compiled"
     )
-    summary["pit_over_tt_step_time_compiled"] = ratio("ours_pit_compiled", "ours_tt_compiled")
+    summary["chunk1g_over_default_step_time_compiled"] = ratio(
+        "ours_tt_compiled_chunk1g", "ours_tt_compiled"
+    )
     summary["untied_over_tt_step_time_compiled"] = ratio("ours_untied_compiled", "ours_tt_compiled")
     summary["compiled_over_eager_speedup_ours"] = ratio("ours_tt_eager", "ours_tt_compiled")
     if "ours_tt_eager" in ok and "ours_tt_compiled" in ok:
@@ -323,13 +452,22 @@ def _cli(argv: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]
 def train(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     run = Path(args.work) / "train-small"
     seq, micro = (64, 2) if args.quick else (1024, 16)
+    step_tokens = 4 * seq * micro if args.quick else args.step_tokens
+    variants = args.results.get("steps", {}).get("variants", {})
+    timed = {
+        e["micro_batch"]: e["step_s_median"]
+        for k, e in variants.items()
+        if k.startswith("ours_tt_compiled") and "step_s_median" in e
+    }
+    if timed:  # the micro-batch that `steps` found faster
+        micro = min(timed, key=timed.__getitem__)
     argv = [
         "train",
         f"preset={'tiny' if args.quick else 'small'}",
         "tie=tt",
         f"seq_len={seq}",
         f"micro_batch_size={micro}",
-        f"global_batch_tokens={seq * micro}",
+        f"global_batch_tokens={step_tokens}",
         f"max_steps={args.train_steps}",
         "eval_every=0",
         f"eval_tokens={seq * micro}",
@@ -345,9 +483,11 @@ def train(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     metrics = run / "metrics.jsonl"
     if metrics.is_file():
         rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-        rates = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r and r["step"] > 10]
+        rates = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r and r["step"] > 5]
         if rates:
-            result["tokens_per_s_median_after_step_10"] = statistics.median(rates)
+            result["micro_batch_size"] = micro
+            result["global_batch_tokens"] = step_tokens
+            result["tokens_per_s_median_after_step_5"] = statistics.median(rates)
             result["steps_measured"] = len(rates)
         result["final_loss"] = next((r["loss"] for r in reversed(rows) if "loss" in r), None)
     if result["train"]["rc"] == 0:
@@ -506,7 +646,16 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/tying-gpu-bench", help="run folders go here")
     parser.add_argument("--budget-s", type=float, default=420.0, help="stop starting sections")
     parser.add_argument("--reps", type=int, default=10, help="timed steps per variant")
-    parser.add_argument("--train-steps", type=int, default=40)
+    parser.add_argument("--train-steps", type=int, default=30)
+    parser.add_argument(
+        "--steps-budget-s", type=float, default=240.0, help="`steps` starts no variant after this"
+    )
+    parser.add_argument(
+        "--step-tokens",
+        type=int,
+        default=131072,
+        help="tokens per optimizer step of `steps` and `train` (the issue's run: 131,072)",
+    )
     parser.add_argument("--sections", default=",".join(SECTIONS))
     parser.add_argument("--quick", action="store_true", help="tiny shapes (tests the script)")
     args = parser.parse_args()
@@ -519,6 +668,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "quick": args.quick,
     }
+    args.results = result
     out = Path(args.out)
     for name in [s for s in args.sections.split(",") if s]:
         elapsed = time.perf_counter() - args.t0
@@ -537,11 +687,11 @@ def main() -> None:
             peak = result["machine"].get("matmul_peak_bf16_flops")
             if peak:
                 result["steps"]["summary"] = _step_summary(result["steps"], peak)
-        if name == "train" and "tokens_per_s_median_after_step_10" in result[name]:
+        if name == "train" and "tokens_per_s_median_after_step_5" in result[name]:
             peak = result.get("machine", {}).get("matmul_peak_bf16_flops")
             steps_section = result.get("steps", {})
             if peak and "step_flops" in steps_section:
-                rate = result[name]["tokens_per_s_median_after_step_10"]
+                rate = result[name]["tokens_per_s_median_after_step_5"]
                 per_token = steps_section["step_flops"] / steps_section["tokens_per_step"]
                 result[name]["mfu"] = rate * per_token / peak
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -571,7 +721,7 @@ def _table(result: dict[str, Any]) -> str:
     lines.append(f"summary: {json.dumps(result.get('steps', {}).get('summary', {}))}")
     t = result.get("train", {})
     lines.append(
-        f"tying train: {t.get('tokens_per_s_median_after_step_10')} tok/s, MFU {t.get('mfu')}; "
+        f"tying train: {t.get('tokens_per_s_median_after_step_5')} tok/s, MFU {t.get('mfu')}; "
         f"rc train {t.get('train', {}).get('rc')} probe {t.get('probe', {}).get('rc')} "
         f"lens {t.get('lens', {}).get('rc')}"
     )

@@ -84,8 +84,17 @@ class _LogitsModule(torch.nn.Module):
         return self.pit.logits(h)
 
 
+@pytest.fixture(params=["solves", "inverse"])
+def embed_path(request, monkeypatch) -> str:
+    """Both ways `embed` applies T^{-1}: triangular solves (the CPU) and the product with
+    L^{-T} L^{-1} (accelerators), forced here on the CPU."""
+    by_inverse = request.param == "inverse"
+    monkeypatch.setattr("tying.interface.pit.solves_by_inverse", lambda device: by_inverse)
+    return request.param
+
+
 @pytest.mark.parametrize("trainable_z", [False, True])
-def test_gradcheck_float64(trainable_z: bool) -> None:
+def test_gradcheck_float64(trainable_z: bool, embed_path: str) -> None:
     pit = random_pit(12, 4, dtype=torch.float64, trainable_z=trainable_z)
     ids = torch.tensor([0, 3, 3, 11, 5])  # repeated id: the unique/inverse path
     h = torch.randn(3, 4, dtype=torch.float64)
@@ -223,7 +232,7 @@ def test_embedding_solve_never_inverts(monkeypatch) -> None:
     pit.embedding_matrix()
 
 
-def test_loss_and_gradients_match_a_naive_inverse_formula() -> None:
+def test_loss_and_gradients_match_a_naive_inverse_formula(embed_path: str) -> None:
     """PIT's loss and its gradients w.r.t. L's parameter and Z (triangular solves, chunked
     loss) equal those of the naive formula E = Z inv(L L^T), W_out = L L^T Z^T in float64."""
     pit = random_pit(60, 8, dtype=torch.float64, trainable_z=True)
@@ -244,6 +253,18 @@ def test_loss_and_gradients_match_a_naive_inverse_formula() -> None:
     torch.testing.assert_close(loss, naive)
     torch.testing.assert_close(pit.l_param.grad, l_param.grad, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(pit.z.grad, Z.grad, rtol=1e-9, atol=1e-12)
+
+
+def test_both_embed_paths_agree_and_keep_the_identity(monkeypatch) -> None:
+    """The product path gives the triangular solves' rows to float64 rounding, and W_out E = I."""
+    pit = random_pit(300, 16, dtype=torch.float64)
+    ids = torch.arange(300)
+    solved = pit.embed(ids)
+    monkeypatch.setattr("tying.interface.pit.solves_by_inverse", lambda device: True)
+    product = pit.embed(ids)
+    torch.testing.assert_close(product, solved, rtol=1e-12, atol=1e-13)
+    identity = pit.unembedding_matrix().T @ product
+    torch.testing.assert_close(identity, torch.eye(16, dtype=torch.float64), rtol=0, atol=1e-11)
 
 
 # ----------------------------------------------------------------------------- T's initial scale

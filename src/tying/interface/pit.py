@@ -18,8 +18,11 @@ the centred teacher and carries the mean row as b. The retraction then keeps
 Z^T 1 = 0 (it projects the columns onto 1^⊥ before orthonormalising).
 
 Nothing V×d is formed beyond Z itself: logits(h) = ((h L) L^T) Z^T and
-embed(ids) = Z[ids] T^{-1} by two triangular solves on the rows looked up,
-in float32 (float64 for float64 inputs) whatever the autocast dtype.
+embed(ids) = Z[ids] T^{-1} in float32 (float64 for float64 inputs) whatever the
+autocast dtype: on the CPU by two triangular solves on the rows looked up, on an
+accelerator as one product with T^{-1} = L^{-T} L^{-1} (d×d, from one triangular
+solve against I_d), where triangular solves on many rows are far slower than a
+product.
 
 State: `z` (V×d), `l_param` (d×d: strictly-lower part = L's off-diagonal,
 diagonal = ρ, the pre-activation of L's diagonal; the upper triangle is unused
@@ -88,6 +91,12 @@ def scratch_t_scale(t_scale: float | Literal["auto"], vocab_size: int, init_std:
     if isinstance(c, bool) or not isinstance(c, (int, float)) or not (math.isfinite(c) and c > 0):
         raise ValueError(f"t_scale must be a positive number or 'auto', got {t_scale!r}")
     return float(c)
+
+
+def solves_by_inverse(device: torch.device) -> bool:
+    """Whether `embed` applies T^{-1} as a product with L^{-T} L^{-1} (accelerators) rather
+    than by triangular solves on the rows (the CPU); see `PseudoInverseTying.embed`."""
+    return device.type != "cpu"
 
 
 def _activation_inverse(values: Tensor, activation: str) -> Tensor:
@@ -459,13 +468,20 @@ class PseudoInverseTying(TokenInterface):
         return torch.float64 if self.z.dtype == torch.float64 else torch.float32
 
     def _apply_inverse_transform(self, rows: Tensor, L: Tensor) -> Tensor:
-        """rows T^{-1} for rows (n, d): solve X L L^T = rows by two triangular solves.
+        """rows T^{-1} for rows (n, d), in float32 (float64 for float64 state), autocast off.
 
-        Runs in float32 (float64 for float64 state) with autocast off; never inverts T.
+        On the CPU: solve X L L^T = rows by two triangular solves (T is never inverted). On
+        an accelerator (`solves_by_inverse`): X = rows (L^{-T} L^{-1}), L^{-1} from one
+        triangular solve against I_d: one (n, d)×(d, d) product instead of two n-row
+        triangular solves (and two more in the backward pass).
         """
         work = self._solve_dtype()
         with torch.autocast(rows.device.type, enabled=False):
             L = L.to(work)
+            if solves_by_inverse(rows.device):
+                eye = torch.eye(L.shape[0], dtype=work, device=L.device)
+                L_inv = torch.linalg.solve_triangular(L, eye, upper=False)
+                return rows.to(work) @ (L_inv.T @ L_inv)
             Y = torch.linalg.solve_triangular(
                 L.T, rows.to(work), upper=True, left=False
             )  # Y L^T = rows
