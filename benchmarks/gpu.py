@@ -491,7 +491,7 @@ def train(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
             result["steps_measured"] = len(rates)
         result["final_loss"] = next((r["loss"] for r in reversed(rows) if "loss" in r), None)
     if result["train"]["rc"] == 0:
-        budget = max(30.0, args.budget_s - (time.perf_counter() - args.t0) - 120)
+        budget = max(120.0, args.budget_s - (time.perf_counter() - args.t0) - 120)
         result["probe"] = _cli(["probe", str(run), "--out", str(run / "probe")], env, budget / 2)
         result["lens"] = _cli(
             [

@@ -45,3 +45,13 @@ def test_wrapped_or_hooked_projections_are_not_fused() -> None:
 
     block.mlp.up_proj = Adapted(block.mlp.up_proj.in_features, block.mlp.up_proj.out_features)
     assert not block._projections_fusable()
+
+
+def test_fused_only_on_cuda_and_not_under_compile(monkeypatch) -> None:
+    """The fused product is the eager CUDA path; compiled graphs and the CPU keep the five
+    projections (a compiled fused backward was one slow kernel, see `_fuses_projections`)."""
+    block = Decoder(preset_config("tiny", vocab_size=300, tie="tt", n_layers=1)).blocks[0]
+    assert block._fuses_projections(torch.device("cuda"))
+    assert not block._fuses_projections(torch.device("cpu"))
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert not block._fuses_projections(torch.device("cuda"))

@@ -38,13 +38,28 @@ class ParallelBlock(nn.Module):
     ) -> Tensor:
         """(B, T, d) -> (B, T, d); see `GroupedQueryAttention.forward` for the other arguments."""
         h = self.norm(x)
-        if h.device.type == "cuda" and self._projections_fusable():
+        if self._fuses_projections(h.device):
             return x + self._fused_branches(h, cos, sin, attn_mask, cache, layer_idx)
         return x + self.attn(h, cos, sin, attn_mask, cache, layer_idx) + self.mlp(h)
 
     def _input_projections(self) -> tuple[nn.Linear, ...]:
         a, m = self.attn, self.mlp
         return (a.q_proj, a.k_proj, a.v_proj, m.gate_proj, m.up_proj)
+
+    def _fuses_projections(self, device: torch.device) -> bool:
+        """Whether `forward` takes `_fused_branches`: on CUDA, eager, with fusable projections.
+
+        Not under `torch.compile`: there Inductor fuses the backward of every branch (RoPE,
+        SiLU, the layout changes) into the gradient of the one concatenated product, a single
+        pointwise kernel that took 115 ms of a 431 ms step (27 %; `small`, 131,072 tokens,
+        H200, benchmarks/results/gpu.json `ours_tt_compiled.profile`), where transformers'
+        Llama with separate projections spends about 25 ms on the same work.
+        """
+        return (
+            device.type == "cuda"
+            and not torch.compiler.is_compiling()
+            and self._projections_fusable()
+        )
 
     def _projections_fusable(self) -> bool:
         """Whether the five input projections are plain `nn.Linear`s without hooks (not
