@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One lent-GPU session (the project's `device` tool: one H100/H200, Python 3.12 with torch,
+# transformers and peft, no network, 15 minutes in all), as two calls made back to back so the
+# machine stays warm:
+#
+#   CALL_S=420 bash benchmarks/gpu_session.sh bench   # benchmarks/gpu.py -> $OUT/gpu.json
+#   CALL_S=420 bash benchmarks/gpu_session.sh suite   # the whole test suite (+ an optional
+#                                                     # experiment on the GPU beside it)
+#
+# What the machine lacks travels in the git-ignored folder .gpu/ (carry it: `carry: [".gpu"]`):
+#   .gpu/whl/   wheels of lm-eval and the other pure-Python dependencies the machine lacks
+#               (`pip download --no-deps` here; lm-eval's tasks run offline from .gpu/data)
+#   .gpu/data/  a copy of ../shared/data/corpus and ../shared/data/bench (never committed)
+# Each step is bounded by CALL_S (seconds); every test's outcome is written as it ends (-v), so a
+# suite cut by the time limit still says which tests failed.
+set -u
+cd "$(dirname "$0")/.."
+T0=$SECONDS
+CALL_S=${CALL_S:-400}
+OUT=${OUT:-/tmp/gpu-session}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .gpu/whl/*.whl >/dev/null 2>&1 || echo "pip install of .gpu/whl failed"
+export PYTHONPATH=$PWD/src:/tmp/site TYING_DATA_DIR=$PWD/.gpu/data PYTHONUNBUFFERED=1
+export TYING_CACHE_DIR=/tmp/tying-cache
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c "import sys, torch, transformers, triton; print(sys.version.split()[0], torch.__version__, transformers.__version__, triton.__version__)"
+case "${1:-bench}" in
+  bench)
+    timeout $((CALL_S - (SECONDS - T0) - 5)) python3 benchmarks/gpu.py \
+      --budget-s $((CALL_S - 70)) --steps-budget-s "${STEPS_S:-230}" --reps "${REPS:-8}" \
+      --out "$OUT/gpu.json" > "$OUT/gpu.log" 2>&1
+    echo "gpu.py rc $? at $((SECONDS - T0)) s"
+    grep -v "Warning\|warn(\|^ *$" "$OUT/gpu.log" | tail -32
+    ;;
+  suite)
+    if [ -n "${EXPERIMENT:-}" ]; then  # e.g. EXPERIMENT=configs/experiments/x.yaml
+      ( timeout $((CALL_S - 50)) python3 -m tying experiment "$EXPERIMENT" --train-only \
+          --no-progress --out /tmp/experiment > "$OUT/experiment.log" 2>&1
+        echo "experiment rc $?" >> "$OUT/experiment.log" ) &
+    fi
+    timeout $((CALL_S - (SECONDS - T0) - 15)) python3 -m pytest -v -p no:cacheprovider \
+      -n "${WORKERS:-12}" -rfE --durations=30 tests > "$OUT/suite.log" 2>&1
+    echo "suite rc $? at $((SECONDS - T0)) s"
+    grep -c " PASSED " "$OUT/suite.log" | sed 's/^/passed: /'
+    grep -E " FAILED | ERROR " "$OUT/suite.log" | head -30
+    tail -3 "$OUT/suite.log"
+    wait
+    ;;
+  *) echo "usage: gpu_session.sh bench|suite" >&2; exit 2 ;;
+esac
