@@ -13,7 +13,9 @@ from tying.evaluation.stats import (
     matched_loss_comparison,
     mcnemar_exact,
     paired_bootstrap,
+    sign_flip_power,
     sign_flip_test,
+    units_for_power,
     wilson_interval,
 )
 
@@ -248,3 +250,37 @@ def test_matched_loss_comparison_reads_both_lines_at_one_loss() -> None:
         matched_loss_comparison([1, 2], [0, 0], [3, 4], [0, 0])
     with pytest.raises(ValueError, match="all base losses are equal"):
         matched_loss_comparison([1, 1], [0, 1], [3, 4], [0, 0])
+
+
+def test_sign_flip_power_against_the_closed_form_at_six_units() -> None:
+    """With 6 units, two-sided, alpha 0.05, only the two all-same-sign patterns reach p ≤ 0.05
+    (p = 2/64; one flipped sign already gives p ≥ 4/64), so the power is Φ(δ/σ)^6 + Φ(−δ/σ)^6."""
+    from statistics import NormalDist
+
+    up = NormalDist().cdf(1.0)
+    expected = up**6 + (1 - up) ** 6  # 0.3546
+    got = sign_flip_power(effect=0.5, sd=0.5, n=6, alpha=0.05, simulations=20000)
+    assert got == pytest.approx(expected, abs=0.015)
+    # the simulated p-values are sign_flip_test's own: one sample, tested both ways
+    rng = np.random.default_rng(1)
+    d = rng.normal(0.3, 1.0, size=7)
+    assert sign_flip_test(d).p_value == pytest.approx(
+        (np.abs(d @ _patterns(7).T / 7) >= abs(d.mean()) - 1e-12).mean()
+    )
+
+
+def _patterns(n: int) -> np.ndarray:
+    return np.array([[1.0 if (k >> i) & 1 == 0 else -1.0 for i in range(n)] for k in range(2**n)])
+
+
+def test_sign_flip_power_floor_and_units_for_power() -> None:
+    # 5 units cannot reach p ≤ 0.05 two-sided (2/32 = 0.0625): power 0 whatever the effect
+    assert sign_flip_power(effect=10.0, sd=1.0, n=5, alpha=0.05) == 0.0
+    # a huge effect: 6 units suffice (all signs agree almost surely)
+    assert units_for_power(effect=10.0, sd=1.0) == 6
+    # Holm over 4 tests puts the first at 0.0125: 2/2^n ≤ 0.0125 needs n ≥ 8
+    assert units_for_power(effect=10.0, sd=1.0, alpha=0.05 / 4) == 8
+    # no effect: the power is the level at most (about alpha), never 0.8
+    assert units_for_power(effect=0.0, sd=1.0, max_n=10, simulations=500) is None
+    with pytest.raises(ValueError, match="sd"):
+        sign_flip_power(effect=1.0, sd=0.0, n=6)

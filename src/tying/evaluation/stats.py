@@ -340,3 +340,86 @@ def matched_loss_comparison(
         at_loss = 0.5 * (overlap[0] + overlap[1])
     ea, eb = sa * at_loss + ia, sb * at_loss + ib
     return MatchedLossComparison(float(at_loss), ea, eb, eb - ea, sa, ia, sb, ib, overlap)
+
+
+def _sign_patterns(n: int) -> np.ndarray:
+    """All 2^n sign vectors, (2^n, n) of ±1."""
+    bits = (np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1
+    return 1.0 - 2.0 * bits
+
+
+def sign_flip_power(
+    effect: float,
+    sd: float,
+    n: int,
+    alpha: float = 0.05,
+    alternative: str = "two-sided",
+    simulations: int = 4000,
+    seed: int = 0,
+) -> float:
+    """Power of the exact sign-flip test (`sign_flip_test`) at level `alpha`, by simulation.
+
+    The n paired differences are drawn d_i ~ N(effect, sd²) (one per unit of replication);
+    each simulated sample is tested exactly against all 2^n sign patterns, as
+    `sign_flip_test` does, and the power is the fraction of samples with p ≤ alpha (Monte
+    Carlo standard error ≤ 0.5/√simulations). With n units no p-value falls below 2/2^n
+    (two-sided), so the power is 0 whenever alpha < 2/2^n, whatever the effect.
+
+    Args:
+        effect: the true mean difference (the unit of `sd`).
+        sd: the standard deviation of one unit's difference (> 0).
+        n: units, 1 to `SIGN_FLIP_MAX_N`.
+        alpha: the test's level (after any multiplicity correction, e.g. alpha / m).
+
+    Raises:
+        ValueError: sd ≤ 0, n outside [1, SIGN_FLIP_MAX_N], alpha outside (0, 1), an unknown
+            alternative, or fewer than 100 simulations.
+    """
+    if not sd > 0:
+        raise ValueError(f"sd must be > 0, got {sd}")
+    if not 1 <= n <= SIGN_FLIP_MAX_N:
+        raise ValueError(f"n must be 1 to {SIGN_FLIP_MAX_N}, got {n}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    if alternative not in ("two-sided", "greater", "less"):
+        raise ValueError(f"alternative must be two-sided, greater or less, got {alternative!r}")
+    if simulations < 100:
+        raise ValueError(f"need at least 100 simulations, got {simulations}")
+    rng = np.random.default_rng(seed)
+    patterns = _sign_patterns(n)  # (2^n, n)
+    rejected = 0
+    block = max(1, (1 << 22) // 2**n)  # simulated samples per block: ≤ 4M pattern means
+    for start in range(0, simulations, block):
+        d = rng.normal(effect, sd, size=(min(block, simulations - start), n))
+        observed = d.mean(axis=1, keepdims=True)  # (s, 1)
+        means = d @ patterns.T / n  # (s, 2^n): the mean under every sign pattern
+        tol = 1e-12 * np.abs(d).sum(axis=1, keepdims=True)
+        if alternative == "two-sided":
+            extreme = np.abs(means) >= np.abs(observed) - tol
+        elif alternative == "greater":
+            extreme = means >= observed - tol
+        else:
+            extreme = means <= observed + tol
+        p = extreme.mean(axis=1)
+        rejected += int((p <= alpha).sum())
+    return rejected / simulations
+
+
+def units_for_power(
+    effect: float,
+    sd: float,
+    power: float = 0.8,
+    alpha: float = 0.05,
+    alternative: str = "two-sided",
+    max_n: int = SIGN_FLIP_MAX_N,
+    simulations: int = 4000,
+) -> int | None:
+    """The fewest units n for which `sign_flip_power(effect, sd, n, alpha)` ≥ `power`, or None
+    if even `max_n` units do not reach it."""
+    for n in range(1, max_n + 1):
+        smallest = (2.0 if alternative == "two-sided" else 1.0) / 2.0**n
+        if smallest > alpha:
+            continue
+        if sign_flip_power(effect, sd, n, alpha, alternative, simulations) >= power:
+            return n
+    return None

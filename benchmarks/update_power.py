@@ -1,0 +1,95 @@
+"""Power analysis of the pre-registered update experiment (docs/updates-design.md, issue 26).
+
+Primary metric per unit (one base + one LoRA): y = ln(KL(base ‖ updated) on WikiText-2 test /
+target gain), the side-effect KL in nats/token per nat/token of gain on the update's own task.
+Today's only estimate of its spread between independently trained units of ONE interface is the
+two TT-interface bases of docs/results.md §10 (SmolLM2-135M and its TT continuation), each with
+an MBPP and a GSM8K LoRA: per update task, d = y(teacher) − y(tt) is the difference of two units,
+and sd_d = √(mean d²) estimates the spread of a PIT − TT paired difference (no shared base).
+With 2 such differences this estimate is itself rough (a χ² with 2 degrees of freedom), so the
+table is given for sd_d and for 2·sd_d.
+
+For effects (the PIT/TT ratio of KL per nat of gain) of 1.25×, 1.5× and 2×, it gives the power
+of the exact sign-flip test (`tying.evaluation.stats.sign_flip_power`, two-sided, α = 0.05; the
+primary metric is one test, so no multiplicity correction) at 6–16 units, and the fewest units
+for 80 % power (`units_for_power`).
+
+    python benchmarks/update_power.py [--report docs/results/updates_report.json]
+        [--out docs/results/update_power.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from tying.evaluation.stats import sign_flip_power, units_for_power
+
+EFFECTS = {"1.25x": math.log(1.25), "1.5x": math.log(1.5), "2x": math.log(2.0)}
+UNITS = list(range(6, 17, 2))
+MAX_UNITS = 16  # 2^16 sign patterns per simulated sample
+SIDE_TEXT = "wikitext-2"
+
+
+def primary_values(report: dict) -> dict[str, dict[str, float]]:
+    """{base: {task: y}}, y = ln(KL on SIDE_TEXT / gain on the update's task), every adapter."""
+    updates = report["updates"]
+    out: dict[str, dict[str, float]] = {}
+    for adapter in updates["adapters"]:
+        base, task = adapter["base"], adapter["task"]
+        gain = (
+            adapter["eval"][task]["ref_loglik_per_token"]
+            - updates["bases"][base]["eval"][task]["ref_loglik_per_token"]
+        )
+        kl = adapter["side_effects"]["texts"][SIDE_TEXT]["kl_nats"]
+        out.setdefault(base, {})[task] = math.log(kl / gain)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--report", default="docs/results/updates_report.json")
+    ap.add_argument("--out", default="docs/results/update_power.json")
+    ap.add_argument("--simulations", type=int, default=4000)
+    args = ap.parse_args(argv)
+    values = primary_values(json.loads(Path(args.report).read_text()))
+    tasks = sorted(values["teacher"])
+    differences = {t: values["teacher"][t] - values["tt"][t] for t in tasks}
+    sd = math.sqrt(sum(d * d for d in differences.values()) / len(differences))
+    table: dict[str, dict] = {}
+    for label, spread in (("sd", sd), ("2sd", 2 * sd)):
+        rows = {}
+        for name, effect in EFFECTS.items():
+            rows[name] = {
+                "effect_log": effect,
+                "power": {
+                    str(n): sign_flip_power(effect, spread, n, simulations=args.simulations)
+                    for n in UNITS
+                },
+                "units_for_80_percent": units_for_power(
+                    effect, spread, max_n=MAX_UNITS, simulations=args.simulations
+                ),
+            }
+        table[label] = {"sd_log": spread, "effects": rows}
+    result = {
+        "what": "power of the exact two-sided sign-flip test, alpha 0.05, of the PIT - TT "
+        "difference of ln(side-effect KL on WikiText-2 / target gain), one value per unit",
+        "report": args.report,
+        "primary_values": values,
+        "tt_unit_differences": differences,
+        "sd_estimate_log": sd,
+        "simulations": args.simulations,
+        "table": table,
+    }
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "table"}, indent=1))
+    for label, block in table.items():
+        for name, row in block["effects"].items():
+            print(label, name, row["units_for_80_percent"], row["power"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,39 @@
+"""docs/updates-design.md quotes docs/results/update_power.json (benchmarks/update_power.py): every
+power, sd and unit count of its table, and the first-look ratios, are the JSON's."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = (ROOT / "docs" / "updates-design.md").read_text()
+DATA = json.loads((ROOT / "docs" / "results" / "update_power.json").read_text())
+
+
+def _table_rows() -> list[list[str]]:
+    rows = [line for line in PAGE.splitlines() if re.match(r"\| (1\.25|1\.5|2)× \|", line)]
+    return [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+
+
+def test_power_table_is_the_json() -> None:
+    rows = _table_rows()
+    assert len(rows) == 5
+    by_sd = {round(b["sd_log"], 2): b for b in DATA["table"].values()}
+    for ratio, sd, *powers, units in rows:  # quoted with 2 decimals (format .2f)
+        block = by_sd[float(sd)]["effects"][ratio.replace("×", "x")]
+        for n, quoted in zip(("6", "8", "10", "12", "16"), powers, strict=True):
+            assert quoted == f"{block['power'][n]:.2f}", (ratio, sd, n)
+        expected = block["units_for_80_percent"]
+        assert units == (f"> {max(map(int, block['power']))}" if expected is None else str(expected))
+
+
+def test_first_look_ratios_are_the_json() -> None:
+    values = DATA["primary_values"]
+    for task in ("mbpp", "gsm8k"):
+        difference = values["pit"][task] - values["tt"][task]
+        assert f"{difference:+.3f}".replace("-", "−") in PAGE
+        assert f"{math.exp(difference):.2f}×" in PAGE
+    assert f"{DATA['sd_estimate_log']:.2f}" in PAGE
