@@ -27,7 +27,9 @@ def test_power_table_is_the_json() -> None:
         for n, quoted in zip(("6", "8", "10", "12", "16"), powers, strict=True):
             assert quoted == f"{block['power'][n]:.2f}", (ratio, sd, n)
         expected = block["units_for_80_percent"]
-        assert units == (f"> {max(map(int, block['power']))}" if expected is None else str(expected))
+        assert units == (
+            f"> {max(map(int, block['power']))}" if expected is None else str(expected)
+        )
 
 
 def test_first_look_ratios_are_the_json() -> None:
