@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "analysis": 2,
     "data": 2,
     "decoder": 2,
+    "conversion": 2,
     "hf": 3,
     "train": 4,
     "loader": 5,
@@ -88,7 +89,13 @@ def test_no_package_imports_a_higher_layer() -> None:
 
 @pytest.mark.parametrize(
     ("package", "forbidden"),
-    [("analysis", "train"), ("hf", "train"), ("hf", "loader"), ("interface", "decoder")],
+    [
+        ("analysis", "train"),
+        ("hf", "train"),
+        ("hf", "loader"),
+        ("interface", "decoder"),
+        ("conversion", "hf"),
+    ],
 )
 def test_named_rules(package: str, forbidden: str) -> None:
     """The rules docs/architecture.md states by name (also implied by the layers)."""
