@@ -17,7 +17,6 @@ from torch import nn
 
 from tying.conversion.capture import TeacherCapture, step0_kl
 from tying.conversion.model import parts_of
-from tying.interface.pit import PseudoInverseTying
 
 #: Calibration tokens (the first windows) on which input_scale="auto" is searched.
 SEARCH_TOKENS = 1024
@@ -33,12 +32,18 @@ def scale_final_norm_(model: nn.Module, factor: float) -> None:
 
 
 def scale_pit_input_(model: nn.Module, factor: float) -> None:
-    """E <- factor·E (input bias too), W_out <- W_out/factor, final-norm gain <- factor·gain."""
+    """E <- factor·E (input bias too), W_out <- W_out/factor, final-norm gain <- factor·gain.
+
+    The interface's own `scale_input_` (PIT's: T <- T/factor) does the first two, so
+    W_out·E = I_d and every logit of the head are kept.
+    """
     parts = parts_of(model)
-    pit = parts.interface()
-    if not isinstance(pit, PseudoInverseTying):
-        raise ValueError("the input scale applies to PIT conversions only")
-    pit.scale_input_(factor)
+    scale_input_ = getattr(parts.interface(), "scale_input_", None)
+    if not callable(scale_input_):
+        raise ValueError(
+            "the input scale applies to interfaces that rescale their input (PIT conversions) only"
+        )
+    scale_input_(factor)
     parts.scale_final_norm_(factor)
 
 
