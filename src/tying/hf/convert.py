@@ -31,8 +31,13 @@ from torch import Tensor, nn
 
 from tying._compat import moved_name
 from tying.conversion import convert
-from tying.conversion.model import ModelParts, Teacher, register_model_kind, softcapped
-from tying.conversion.model import unwrap_model as _unwrap
+from tying.conversion.model import (
+    ModelParts,
+    Teacher,
+    register_model_kind,
+    softcapped,
+    unwrap_model,
+)
 from tying.hf.adapters import Adapter, get_adapter
 from tying.hf.modules import INTERFACE_ATTR, InterfaceEmbedding, InterfaceHead
 from tying.hf.state import CONFIG_KEY, interface_record
@@ -71,7 +76,7 @@ def __getattr__(name: str) -> Any:
 
 def is_converted(model: nn.Module) -> bool:
     """Whether `model` (or the transformers model inside it) carries a token interface."""
-    return isinstance(getattr(_unwrap(model), INTERFACE_ATTR, None), TokenInterface)
+    return isinstance(getattr(unwrap_model(model), INTERFACE_ATTR, None), TokenInterface)
 
 
 def interface_of(model: nn.Module) -> TokenInterface:
@@ -80,7 +85,7 @@ def interface_of(model: nn.Module) -> TokenInterface:
     Raises:
         ValueError: the model was not converted.
     """
-    inner = _unwrap(model)
+    inner = unwrap_model(model)
     interface = getattr(inner, INTERFACE_ATTR, None)
     if not isinstance(interface, TokenInterface):
         raise ValueError(
@@ -92,7 +97,7 @@ def interface_of(model: nn.Module) -> TokenInterface:
 
 def conversion_report(model: nn.Module) -> ConversionReport | None:
     """The ConversionReport of a converted model (None if it has none)."""
-    return getattr(_unwrap(model), REPORT_ATTR, None)
+    return getattr(unwrap_model(model), REPORT_ATTR, None)
 
 
 def _teacher_matrices(adapter: Adapter, model: nn.Module) -> tuple[Tensor, Tensor, Tensor | None]:
