@@ -5,7 +5,7 @@ Gutenberg validation text; calibration windows (scale search, fit) drawn from th
 first 8 books of the Gutenberg training split (never the measured text). `--model`
 also takes any transformers folder (e.g. the GPT-2 of `benchmarks/second_teachers.py`)
 or a scratch-mode training run of our decoder (converted by
-`tying.teacher.step0.convert_interface_model`).
+`tying.conversion.convert`).
 
 Usage:
     python benchmarks/teacher_init.py [--model smollm2] [--tokens 2048] [--fit-tokens 65536]
@@ -21,15 +21,10 @@ from pathlib import Path
 
 import torch
 
+from tying.conversion import VARIANTS, FitOptions, conversion_table
 from tying.hf import load
-from tying.hf.calibrate import FitOptions
 from tying.loader import is_run_spec, load_any
-from tying.teacher.step0 import (
-    VARIANTS,
-    _text_tokenizer,
-    conversion_table,
-    windows_from_source,
-)
+from tying.teacher.step0 import _text_tokenizer, windows_from_source
 
 
 def main() -> None:

@@ -17,6 +17,23 @@ MOVED = [
     ("tying.model.presets", "preset_config", "tying.decoder.presets"),
     ("tying.experiments.teacher_init", "conversion_table", "tying.teacher.step0"),
     ("tying.interface.factory", "build_interface", "tying.interface.registry"),
+    ("tying.hf.calibrate", "fit_pit", "tying.conversion"),
+    ("tying.hf.calibrate", "FitOptions", "tying.conversion"),
+]
+
+#: Names that moved out of a module that stays (served by its `__getattr__`).
+MOVED_NAMES = [
+    ("tying.interface.pit", "teacher_factors", "tying.conversion.closed_form"),
+    ("tying.interface.pit", "TeacherFactors", "tying.conversion.closed_form"),
+    ("tying.interface.pit", "T_INITS", "tying.conversion.closed_form"),
+    ("tying.interface.pit", "PIT_INITS", "tying.conversion.closed_form"),
+    ("tying.interface.pit", "parse_input_scale", "tying.conversion.closed_form"),
+    ("tying.hf.convert", "ConversionReport", "tying.conversion.report"),
+    ("tying.hf.convert", "SEARCH_TOKENS", "tying.conversion.scale"),
+    ("tying.hf.convert", "DEFAULT_T_INIT", "tying.conversion.closed_form"),
+    ("tying.teacher.step0", "conversion_table", "tying.conversion.table"),
+    ("tying.teacher.step0", "convert_interface_model", "tying.conversion.table"),
+    ("tying.teacher.step0", "VARIANTS", "tying.conversion.table"),
 ]
 
 
@@ -46,6 +63,32 @@ def test_load_for_export_moved_to_the_loader(module: str) -> None:
     with pytest.warns(DeprecationWarning, match="tying.loader.load_for_export"):
         old = importlib.import_module(module).load_for_export
     assert old is load_for_export
+
+
+@pytest.mark.parametrize(("module", "name", "new"), MOVED_NAMES)
+def test_moved_names_warn_and_give_the_same_object(module: str, name: str, new: str) -> None:
+    target = getattr(importlib.import_module(new), name)
+    with pytest.warns(DeprecationWarning, match=f"{module}.{name} moved to {new}.{name}"):
+        old = getattr(importlib.import_module(module), name)
+    assert old is target
+
+
+def test_pit_teacher_constructors_moved_to_the_conversion_package() -> None:
+    import torch
+
+    from tying.conversion import pit_from_teacher, pit_from_teacher_matrices
+    from tying.interface import PseudoInverseTying
+
+    E0 = torch.randn(40, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with pytest.warns(DeprecationWarning, match="closed_form.pit_from_teacher"):
+        old = PseudoInverseTying.from_teacher(E0, "output", dtype=torch.float64, centre=True)
+    new = pit_from_teacher(E0, "output", dtype=torch.float64, centre=True)
+    torch.testing.assert_close(old.state_dict(), new.state_dict(), rtol=0, atol=0)
+    with pytest.warns(DeprecationWarning, match="closed_form.pit_from_teacher_matrices"):
+        built = PseudoInverseTying.from_teacher_matrices(E0, E0, bias=None, teacher_tied=True)
+    again = pit_from_teacher_matrices(E0, E0, bias=None, teacher_tied=True)
+    assert built.settings == again.settings
+    torch.testing.assert_close(built.interface.state_dict(), again.interface.state_dict())
 
 
 def test_renamed_config_key_warns() -> None:

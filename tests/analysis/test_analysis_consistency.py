@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tying.analysis import CONSISTENCY_KEYS, consistency
-from tying.interface import PseudoInverseTying
+from tying.conversion import pit_from_teacher
 
 ANGLES_AND_PROCRUSTES = ("procrustes_error", "principal_angle_max", "principal_angle_mean")
 
@@ -90,7 +90,7 @@ def test_transpose_tying_only_cosine_and_delta_carry_information() -> None:
 def test_pit_interface_is_consistent(dtype: torch.dtype) -> None:
     g = torch.Generator().manual_seed(10)
     E0 = torch.randn(400, 32, generator=g, dtype=torch.float64) @ _well_conditioned(32, 11)
-    pit = PseudoInverseTying.from_teacher(E0, t_init="output", dtype=dtype)
+    pit = pit_from_teacher(E0, t_init="output", dtype=dtype)
     with torch.no_grad():
         E, U = pit.embedding_matrix(), pit.unembedding_matrix()
     raw = consistency(E, U)["raw"]

@@ -7,11 +7,10 @@ import copy
 import pytest
 import torch
 
+from tying.conversion import T_INITS, FitOptions, capture_teacher, step0_kl
 from tying.hf import HFCausalLM, convert, export, from_pretrained, interface_of
 from tying.hf.adapters import get_adapter
-from tying.hf.calibrate import FitOptions, capture_teacher, step0_kl
 from tying.interface.linalg import orthonormal_from_gaussian
-from tying.interface.pit import T_INITS
 
 from .conftest import HIDDEN, VOCAB, ids, tiny_model
 
@@ -212,7 +211,7 @@ def test_conversion_errors() -> None:
 
 
 def test_least_squares_gain_is_the_minimiser_and_keeps_the_output_head() -> None:
-    from tying.hf.calibrate import least_squares_gain
+    from tying.conversion import least_squares_gain
 
     g = torch.Generator().manual_seed(0)
     d, n_states = 6, 400

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from tying import PseudoInverseTying, TransposeTying
+from tying.conversion import pit_from_teacher
 from tying.interface.linalg import orthonormal_from_gaussian
 
 
@@ -115,7 +116,7 @@ def test_gradcheck_float64(trainable_z: bool, embed_path: str) -> None:
 
 def test_from_teacher_output_reproduces_teacher_head() -> None:
     E0 = torch.randn(400, 32, dtype=torch.float64)
-    pit = PseudoInverseTying.from_teacher(E0, t_init="output", dtype=torch.float64)
+    pit = pit_from_teacher(E0, t_init="output", dtype=torch.float64)
     h = torch.randn(6, 32, dtype=torch.float64)
     torch.testing.assert_close(pit.logits(h), h @ E0.T)
     torch.testing.assert_close(pit.unembedding_matrix(), E0)
@@ -123,7 +124,7 @@ def test_from_teacher_output_reproduces_teacher_head() -> None:
 
 def test_from_teacher_input_reproduces_teacher_embedding() -> None:
     E0 = torch.randn(400, 32, dtype=torch.float64)
-    pit = PseudoInverseTying.from_teacher(E0, t_init="input", dtype=torch.float64)
+    pit = pit_from_teacher(E0, t_init="input", dtype=torch.float64)
     torch.testing.assert_close(pit.embedding_matrix(), E0)
     ids = torch.tensor([[1, 2, 399]])
     torch.testing.assert_close(pit.embed(ids), E0[ids])
@@ -131,17 +132,17 @@ def test_from_teacher_input_reproduces_teacher_embedding() -> None:
 
 def test_from_teacher_cannot_keep_both_sides() -> None:
     E0 = torch.randn(400, 32, dtype=torch.float64)
-    out = PseudoInverseTying.from_teacher(E0, t_init="output", dtype=torch.float64)
+    out = pit_from_teacher(E0, t_init="output", dtype=torch.float64)
     # W_out E = I forces the embedding to move: E = pinv(W_out) ≠ E0.
     assert (out.embedding_matrix() - E0).abs().max() > 0.1
-    ident = PseudoInverseTying.from_teacher(E0, t_init="identity", dtype=torch.float64)
+    ident = pit_from_teacher(E0, t_init="identity", dtype=torch.float64)
     U = torch.linalg.svd(E0, full_matrices=False)
     torch.testing.assert_close(ident.embedding_matrix(), U.U @ U.Vh)
 
 
 def test_from_teacher_float32_teacher() -> None:
     E0 = torch.randn(2000, 64) * 0.05
-    pit = PseudoInverseTying.from_teacher(E0)
+    pit = pit_from_teacher(E0)
     h = torch.randn(4, 64)
     torch.testing.assert_close(pit.logits(h), h @ E0.T, rtol=1e-4, atol=1e-5)
 

@@ -7,10 +7,15 @@ import copy
 import pytest
 import torch
 
+from tying.conversion import (
+    FitOptions,
+    capture_teacher,
+    conversion_table,
+    convert_interface_model,
+    step0_kl,
+)
 from tying.decoder import Decoder, ModelConfig
-from tying.hf.calibrate import FitOptions, capture_teacher, step0_kl
 from tying.interface import PseudoInverseTying
-from tying.teacher.step0 import conversion_table, convert_interface_model
 
 
 def tt_decoder(norm: str = "rms") -> Decoder:

@@ -7,19 +7,14 @@
     tying.hf.export(model, out, tokenizer)                   # plain transformers checkpoint
     tying.hf.TyingForCausalLM(tying.hf.TyingConfig(...))     # tying's decoder as a transformers model
 
-See docs/hf.md.
+`convert` is `tying.conversion.convert` (the conversion pipeline); importing `tying.hf` lets
+it read transformers models (`tying.hf.convert.TransformersKind`). See docs/hf.md.
 """
 
+from tying.conversion import DEFAULT_T_INIT, ConversionReport
 from tying.hf.adapters import ADAPTERS, Adapter, get_adapter, supported_model_types
 from tying.hf.causal_lm import HFCausalLM
-from tying.hf.convert import (
-    DEFAULT_T_INIT,
-    ConversionReport,
-    conversion_report,
-    convert,
-    interface_of,
-    is_converted,
-)
+from tying.hf.convert import conversion_report, convert, interface_of, is_converted
 from tying.hf.decoder_lm import TyingConfig, TyingForCausalLM, register_auto
 from tying.hf.export import export
 from tying.hf.loading import NAMED_MODELS, load, named_model_path

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from tying.conversion.model import scale_norm_output_
+
 #: What an adapter must provide, quoted in the error for unsupported architectures.
 ADAPTER_REQUIREMENTS = (
     "an adapter (tying.hf.adapters.Adapter, registered in tying.hf.adapters.ADAPTERS under the "
@@ -113,19 +115,9 @@ class Adapter:
         Raises:
             ValueError: the norm has no weight to scale (OLMo's parameter-free LayerNorm).
         """
-        norm = self.final_norm(model)
-        weight = getattr(norm, "weight", None)
-        if not isinstance(weight, Tensor):
-            raise ValueError(
-                f"the final norm {type(norm).__name__} of this {self.family} model has no gain "
-                "to rescale; convert it without scale correction (input_scale=None)"
-            )
-        with torch.no_grad():
-            gain = (weight.to(torch.float64) + self.norm_gain_offset) * factor
-            weight.copy_((gain - self.norm_gain_offset).to(weight.dtype))
-            bias = getattr(norm, "bias", None)
-            if isinstance(bias, Tensor):
-                bias.mul_(factor)
+        scale_norm_output_(
+            self.final_norm(model), self.norm_gain_offset, factor, f" of this {self.family} model"
+        )
 
     def final_norm_parameters(self, model: nn.Module) -> list[nn.Parameter]:
         """The final norm's own parameters (gain, and bias for LayerNorm); empty if parameter-free."""

@@ -20,8 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tying.conversion.model import unwrap_model
 from tying.hf.adapters import Adapter, get_adapter
-from tying.hf.convert import _unwrap, interface_of, is_converted
+from tying.hf.convert import interface_of, is_converted
 from tying.interface.base import TokenInterface
 
 
@@ -53,7 +54,7 @@ class HFCausalLM(nn.Module):
                 "HFCausalLM needs a converted model: call tying.hf.convert(model, tie=...) first"
             )
         self.hf_model = model
-        inner = _unwrap(model)
+        inner = unwrap_model(model)
         object.__setattr__(self, "_inner", inner)
         object.__setattr__(self, "_adapter", get_adapter(inner))
 

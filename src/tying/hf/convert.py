@@ -1,34 +1,17 @@
-"""Convert a `transformers` causal LM to a token interface built from its own weights.
+"""Convert a `transformers` causal LM: the transformers side of `tying.conversion`.
 
-`convert(model, tie)` replaces, in place, the input embedding and the output
-head by an `InterfaceEmbedding` and an `InterfaceHead` around ONE
-`TokenInterface` registered as `model.tying_interface`. The rest of the
-model is untouched, so `forward`, `generate`, `save_pretrained` and peft keep
-working.
+`tying.hf.convert(model, tie)` is `tying.conversion.convert`: it replaces, in place, the
+input embedding and the output head by an `InterfaceEmbedding` and an `InterfaceHead` around
+ONE `TokenInterface` registered as `model.tying_interface`. The rest of the model is
+untouched, so `forward`, `generate`, `save_pretrained` and peft keep working. What is built
+(the closed forms, the scale search, the fit, the step-0 KL) is the conversion package's;
+this module is what it needs of a transformers model, its *kind*
+(`tying.conversion.model.register_model_kind`, registered on import):
 
-Teacher matrices: E0 = the input embedding weight (V×d, without any
-embed_scale), U0 = the output head weight (V×d, `nn.Linear` layout); for a
-tied teacher E0 and U0 are one tensor.
-
-- "untied": Untied(E0, U0): logits unchanged (a tied teacher gets two copies).
-- "tt": TransposeTying(E0) (or U0 with `source="output"`): unchanged logits
-  for a tied teacher; an untied one loses the other matrix.
-- "pit": PseudoInverseTying.from_teacher_matrices with M = U0 or E0 by
-  `source`. Since W_out·E = I_d, PIT keeps exactly one side of the teacher
-  unless M has orthonormal columns: t_init="output" keeps the head
-  (W_out = U0^T when M = U0), "input" keeps the embedding (E = E0 when M = E0),
-  "identity" takes Z = polar factor of M and T = I; "fit" (the default) starts
-  from "output" and fits T and the final-norm gain to the teacher on
-  calibration text (`tying.hf.calibrate.fit_pit`). Two options reduce the
-  damage and keep W_out·E = I exactly: the centred memory (Z from M − 1μ^T,
-  μ as input bias) and the scale correction (T/c with the final-norm gain ×c,
-  so the head is unchanged while E moves to the teacher's scale).
-
-What an interface's `TeacherConversion.settings` ask of the model is done
-here, whatever the interface: "gain_factor" (multiply the final-norm gain),
-"search_input_scale" (search the scale on calibration text), "fit" (fit on
-calibration text), and "centre" (rebuilt uncentred for a soft-capped head,
-where a common logit offset is not harmless).
+- reading: the teacher matrices E0 (the embedding weight, without any embed_scale) and U0
+  (the head weight, `nn.Linear` layout), the head bias, the trunk, the final norm and the
+  logit soft-capping, through the family's `tying.hf.adapters.Adapter`;
+- writing: `install_interface` and the record in `config.tying` (`CONFIG_KEY`).
 
 transformers 5 ties `lm_head.weight` to the embedding by parameter name
 (`_tied_weights_keys`, applied when `config.tie_word_embeddings` is true, in
@@ -42,110 +25,58 @@ which would swap in a plain `nn.Embedding`, raises instead.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
+from tying._compat import moved_name
+from tying.conversion import convert
+from tying.conversion.model import (
+    ModelParts,
+    Teacher,
+    register_model_kind,
+    softcapped,
+    unwrap_model,
+)
 from tying.hf.adapters import Adapter, get_adapter
 from tying.hf.modules import INTERFACE_ATTR, InterfaceEmbedding, InterfaceHead
 from tying.hf.state import CONFIG_KEY, interface_record
-from tying.interface import TokenInterface, interface_class, tie_of
-from tying.interface.base import SOURCES
-from tying.interface.pit import CLOSED_FORM_T_INIT, DEFAULT_T_INIT, PIT_INITS
-from tying.interface.registry import check_options
+from tying.interface import TokenInterface
+
+if TYPE_CHECKING:
+    from tying.conversion.report import ConversionReport
 
 __all__ = [
-    "CLOSED_FORM_T_INIT",
-    "DEFAULT_T_INIT",
-    "PIT_INITS",
-    "SOURCES",
-    "ConversionReport",
+    "REPORT_ATTR",
+    "TransformersKind",
+    "conversion_report",
     "convert",
     "install_interface",
+    "interface_of",
+    "is_converted",
 ]
-#: Calibration tokens (the first windows) on which input_scale="auto" is searched.
-SEARCH_TOKENS = 1024
 #: Attribute of a converted model holding its ConversionReport.
 REPORT_ATTR = "tying_report"
+#: Names that moved to `tying.conversion` in 0.2 (old name -> new module), with a warning.
+_MOVED = {
+    "CLOSED_FORM_T_INIT": "tying.conversion.closed_form",
+    "DEFAULT_T_INIT": "tying.conversion.closed_form",
+    "PIT_INITS": "tying.conversion.closed_form",
+    "SEARCH_TOKENS": "tying.conversion.scale",
+    "SOURCES": "tying.interface.base",
+    "ConversionReport": "tying.conversion.report",
+}
 
 
-@dataclass
-class ConversionReport:
-    """What `convert` did, for logs and `config.tying["report"]`.
-
-    Attributes:
-        model_type: `config.model_type` of the converted model.
-        family: the adapter family ("llama", "gpt2", ...).
-        tie: "untied", "tt" or "pit".
-        t_init: PIT's t_init, else None.
-        source: the teacher matrix the interface was built from: "input" (E0),
-            "output" (U0) or "both" (untied).
-        teacher_tied: whether the teacher's E0 and U0 were one tensor.
-        vocab_rows: V, rows of the embedding (= of the head).
-        d_model: d.
-        tokenizer_vocab: len(tokenizer), or None when no tokenizer was given.
-        padded_rows: V - tokenizer_vocab: rows no tokenizer id reaches (kept,
-            not dropped), or None.
-        zero_rows: rows of the source matrix that are exactly zero.
-        embed_scale: constant multiplier applied to embedding rows (Gemma3: sqrt(d)).
-        output_bias: whether the head has a bias (carried by the interface).
-        logit_softcap: soft-capping applied after the head, or None.
-        dtype: dtype of the interface's tensors.
-        notes: human-readable remarks (e.g. what an untied teacher loses under TT).
-        centre: PIT: whether Z was built from the centred teacher (input bias).
-        input_scale: PIT: the relative input scale r applied (None: no scale correction).
-        gain_factor: the factor the final-norm gain was multiplied by (1.0: untouched).
-        scale_search: PIT with input_scale="auto": {r: KL} measured on calibration text.
-        fit: PIT with t_init="fit": the fit's summary (`tying.hf.calibrate.FitReport`).
-        step0: KL(teacher ‖ converted) and losses at step 0, when measured.
-    """
-
-    model_type: str
-    family: str
-    tie: str
-    t_init: str | None
-    source: str
-    teacher_tied: bool
-    vocab_rows: int
-    d_model: int
-    tokenizer_vocab: int | None
-    padded_rows: int | None
-    zero_rows: int
-    embed_scale: float
-    output_bias: bool
-    logit_softcap: float | None
-    dtype: str
-    notes: list[str] = field(default_factory=list)
-    centre: bool | None = None
-    input_scale: float | None = None
-    gain_factor: float | None = None
-    scale_search: dict[str, float] | None = None
-    fit: dict[str, Any] | None = None
-    step0: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict of the fields."""
-        return asdict(self)
-
-
-def _unwrap(model: nn.Module) -> nn.Module:
-    """The transformers model inside a peft model or an HFCausalLM."""
-    for _ in range(8):
-        if callable(getattr(model, "get_base_model", None)):
-            inner = model.get_base_model()
-        else:
-            inner = getattr(model, "hf_model", None)
-        if not isinstance(inner, nn.Module) or inner is model:
-            return model
-        model = inner
-    return model
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        return moved_name(f"{__name__}.{name}", _MOVED[name], name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def is_converted(model: nn.Module) -> bool:
     """Whether `model` (or the transformers model inside it) carries a token interface."""
-    return isinstance(getattr(_unwrap(model), INTERFACE_ATTR, None), TokenInterface)
+    return isinstance(getattr(unwrap_model(model), INTERFACE_ATTR, None), TokenInterface)
 
 
 def interface_of(model: nn.Module) -> TokenInterface:
@@ -154,7 +85,7 @@ def interface_of(model: nn.Module) -> TokenInterface:
     Raises:
         ValueError: the model was not converted.
     """
-    inner = _unwrap(model)
+    inner = unwrap_model(model)
     interface = getattr(inner, INTERFACE_ATTR, None)
     if not isinstance(interface, TokenInterface):
         raise ValueError(
@@ -166,7 +97,7 @@ def interface_of(model: nn.Module) -> TokenInterface:
 
 def conversion_report(model: nn.Module) -> ConversionReport | None:
     """The ConversionReport of a converted model (None if it has none)."""
-    return getattr(_unwrap(model), REPORT_ATTR, None)
+    return getattr(unwrap_model(model), REPORT_ATTR, None)
 
 
 def _teacher_matrices(adapter: Adapter, model: nn.Module) -> tuple[Tensor, Tensor, Tensor | None]:
@@ -226,208 +157,72 @@ def _resize_unsupported(*args: Any, **kwargs: Any) -> None:
     )
 
 
-def _finish_conversion(
-    model: nn.Module,
-    adapter: Adapter,
-    report: ConversionReport,
-    settings: dict[str, Any],
-    captured: Any,
-    fit_options: Any,
-    progress: bool,
-) -> None:
-    """After installing the interface: what its settings ask (gain, scale search, fit)."""
-    if "gain_factor" not in settings:
-        return
-    gain_factor = float(settings["gain_factor"])
-    if gain_factor != 1.0:
-        adapter.scale_final_norm_(model, gain_factor)
-    report.gain_factor = gain_factor
-    r0 = settings.get("input_scale")
-    if settings.get("search_input_scale") and r0 is not None and captured is not None:
-        from tying.hf.calibrate import search_input_scale
-
-        search = search_input_scale(model, captured.subset(SEARCH_TOKENS))
-        report.input_scale = r0 * search.best
-        report.gain_factor = gain_factor * search.best
-        report.scale_search = {f"{r0 * f:.4g}": kl for f, kl in search.kl.items()}
-    if settings.get("fit") and captured is not None:
-        from tying.hf.calibrate import FitOptions, fit_pit
-
-        result = fit_pit(model, captured, fit_options or FitOptions(), progress=progress)
-        report.fit = result.to_dict()
-
-
-def convert(
-    model: nn.Module,
-    tie: str = "pit",
-    *,
-    source: str | None = None,
-    tokenizer: Any = None,
-    calibration: Sequence[tuple[Tensor, Tensor]] | Any = None,
-    measure: Sequence[tuple[Tensor, Tensor]] | Any = None,
-    fit_options: Any = None,
-    progress: bool = False,
-    **interface_options: Any,
-) -> ConversionReport:
-    """Replace, in place, the embedding and head of a transformers causal LM by a token interface.
-
-    Args:
-        model: a `transformers` causal LM of a supported architecture
-            (`tying.hf.adapters.supported_model_types()`), not yet converted.
-        tie: a registered interface name ("untied", "tt", "pit").
-        source: TT/PIT only: the teacher matrix the interface is built from,
-            "input" (E0) or "output" (U0). Default: "input" for TT; for PIT
-            "output" when t_init is "output" or "fit", else "input". Irrelevant for tied
-            teachers.
-        tokenizer: optional tokenizer; len(tokenizer) is checked against the
-            embedding rows and padded rows are reported.
-        calibration: (inputs, targets) windows (B, T) of calibration text, their
-            `tying.hf.calibrate.TeacherCapture` (taken on this model before conversion), or a
-            function `tokens -> windows` called only when the conversion asks for data (PIT:
-            input_scale="auto" searches on the first 1,024 tokens, t_init="fit" fits on
-            `fit_options.tokens + check_tokens`). Without them PIT's default t_init falls
-            back to CLOSED_FORM_T_INIT; an explicit t_init="fit" raises.
-        measure: optional held-out windows (or their capture); the step-0
-            KL(teacher ‖ converted) on them goes into the report (`report.step0`).
-        fit_options: `tying.hf.calibrate.FitOptions` for t_init="fit" (default: its defaults).
-        progress: show progress bars (scale search, fit).
-        interface_options: the interface's conversion options, the keywords of its
-            `from_teacher_matrices` (PIT: t_init (one of PIT_INITS, default
-            `DEFAULT_T_INIT`), centre (default True), input_scale (r > 0, "auto" or
-            "none"; default "auto"), trainable_z, diag_activation, diag_clamp,
-            retraction_eps, rank_rtol, loss_chunk_size; TT: input_grad_scale,
-            loss_chunk_size; untied: loss_chunk_size); one that does not apply raises
-            ValueError.
-
-    Returns:
-        The ConversionReport (also kept as `model.tying_report` and, as a dict,
-        in `model.config.tying["report"]`).
-
-    Raises:
-        ValueError: unsupported architecture, model already converted, bad
-            option, a tokenizer larger than the embedding, t_init="fit" without
-            calibration windows, or (PIT) a rank-deficient teacher matrix.
-    """
-    cls = interface_class(tie)
-    adapter = get_adapter(model)
-    if is_converted(model):
-        raise ValueError(
-            "this model is already converted (it has model.tying_interface); export it with "
-            "tying.hf.export and reload it to convert again"
-        )
-    options = {k: v for k, v in interface_options.items() if v is not None}
-    check_options(tie, cls.from_teacher_matrices, options, "conversion")
-
-    E0, U0, bias = _teacher_matrices(adapter, model)
-    V, d = E0.shape
-    teacher_tied = E0.data_ptr() == U0.data_ptr()
-    embed_scale = adapter.scale_fn(model, adapter.input_embedding(model))
-    notes: list[str] = []
-
-    tokenizer_vocab = len(tokenizer) if tokenizer is not None else None
-    padded_rows = None
-    if tokenizer_vocab is not None:
-        if tokenizer_vocab > V:
-            raise ValueError(
-                f"the tokenizer has {tokenizer_vocab} tokens but the embedding has only {V} rows: "
-                "ids past row V-1 cannot be embedded; pass the tokenizer that belongs to this model"
-            )
-        padded_rows = V - tokenizer_vocab
-        if padded_rows:
-            notes.append(
-                f"{padded_rows} padded rows (ids {tokenizer_vocab}..{V - 1}) are not produced by the "
-                "tokenizer; they are kept so every model id stays valid"
-            )
-
-    def build() -> Any:
-        return cls.from_teacher_matrices(
-            E0, U0, bias=bias, teacher_tied=bool(teacher_tied), source=source, **options
-        )
-
-    built = build()
-    settings = built.settings
-    if settings.get("centre") and adapter.logit_softcap(model) is not None:
-        options["centre"] = False
-        built = build()
-        settings = built.settings
-        notes.append(
-            "soft-capped logits: the centred memory shifts every logit of a position by "
-            "the same amount, which tanh soft-capping does not ignore; built uncentred"
-        )
-    if settings.get("gain_factor", 1.0) != 1.0 and not adapter.final_norm_parameters(model):
-        if not settings.get("search_input_scale"):
-            raise ValueError(
-                f"input_scale={options.get('input_scale')!r} needs a final-norm gain to keep the "
-                f"head, and this {adapter.family} model's final norm has none: use "
-                "input_scale='none'"
-            )
-        options["input_scale"] = "none"
-        built = build()
-        settings = built.settings
-        notes.append("the final norm has no gain: no scale correction (input_scale='none')")
-    if callable(calibration):
-        if settings.get("fit"):
-            from tying.hf.calibrate import FitOptions
-
-            fit = fit_options or FitOptions()
-            calibration = calibration(fit.tokens + fit.check_tokens)
-        elif settings.get("search_input_scale"):
-            calibration = calibration(SEARCH_TOKENS)
-        else:
-            calibration = None
-    if settings.get("fit") and not calibration:
-        if settings["fit"] == "requested":
-            raise ValueError(
-                "t_init='fit' fits T to the teacher on calibration text: pass calibration="
-                "[(inputs, targets), ...] windows (tying convert and tying train do), or "
-                f"choose a closed form from {PIT_INITS[:-1]}"
-            )
-        settings["t_init"], settings["fit"] = settings["closed_form"], None
-    interface, used = built.interface, built.used
-    notes += built.notes
-    zero_rows = int((used == 0).all(dim=1).sum()) if used.numel() else 0
-
-    wants_data = settings.get("fit") or settings.get("search_input_scale")
-    captured = measured = None
-    if (calibration and wants_data) or measure:
-        from tying.hf.calibrate import TeacherCapture, capture_teacher
-
-        def captured_of(windows: Any) -> TeacherCapture:
-            return (
-                windows if isinstance(windows, TeacherCapture) else capture_teacher(model, windows)
-            )
-
-        captured = captured_of(calibration) if calibration and wants_data else None
-        measured = captured_of(measure) if measure else None
-
-    report = ConversionReport(
-        model_type=model.config.model_type,
-        family=adapter.family,
-        tie=tie_of(interface),
-        t_init=settings.get("t_init"),
-        source=built.source,
-        teacher_tied=bool(teacher_tied),
-        vocab_rows=int(V),
-        d_model=int(d),
-        tokenizer_vocab=tokenizer_vocab,
-        padded_rows=padded_rows,
-        zero_rows=zero_rows,
-        embed_scale=float(embed_scale),
-        output_bias=bias is not None,
-        logit_softcap=adapter.logit_softcap(model),
-        dtype=str(interface.embedding_matrix().dtype).removeprefix("torch."),
-        notes=notes,
-        centre=settings.get("centre"),
-        input_scale=settings.get("input_scale"),
-    )
-    install_interface(model, interface, adapter, embed_scale)
-    _finish_conversion(model, adapter, report, settings, captured, fit_options, progress)
-    if measured is not None:
-        from tying.hf.calibrate import step0_kl
-
-        report.step0 = step0_kl(model, measured)
+def _record(model: nn.Module, report: ConversionReport) -> None:
+    """Keep the report as `model.tying_report` and, with the interface record, in its config."""
+    interface = interface_of(model)
+    embed_scale = float(report.embed_scale)
     record = interface_record(interface, embed_scale)
     record["report"] = report.to_dict()
     setattr(model.config, CONFIG_KEY, record)
     setattr(model, REPORT_ATTR, report)
-    return report
+
+
+class TransformersKind:
+    """The conversion's access to a transformers causal LM, through its family's adapter."""
+
+    def matches(self, model: nn.Module) -> bool:
+        """A model with a `config.model_type` (an unsupported one raises in `get_adapter`)."""
+        return getattr(getattr(model, "config", None), "model_type", None) is not None
+
+    def parts(self, model: nn.Module) -> ModelParts:
+        """The trunk is the base model, the head the output head as it is now (soft-capped)."""
+        adapter = get_adapter(model)
+        base = adapter.base_model(model)
+        head = adapter.output_head(model)
+        cap = adapter.logit_softcap(model)
+
+        def trunk(ids: Tensor) -> Tensor:
+            return base(input_ids=ids, use_cache=False).last_hidden_state
+
+        bias = getattr(head, "bias", None)
+        return ModelParts(
+            inner=model,
+            trunk=trunk,
+            head=lambda h: softcapped(head(h), cap),
+            head_weight=head.weight.detach(),
+            head_bias=bias.detach() if isinstance(bias, Tensor) else None,
+            softcap=cap,
+            final_norm=adapter.final_norm(model),
+            norm_gain_offset=adapter.norm_gain_offset,
+            interface_of=lambda: interface_of(model),
+        )
+
+    def teacher(self, model: nn.Module) -> Teacher:
+        """E0, U0 and the head bias by the adapter; installs by `install_interface`.
+
+        Raises:
+            ValueError: unsupported architecture, or a model already converted.
+        """
+        adapter = get_adapter(model)
+        if is_converted(model):
+            raise ValueError(
+                "this model is already converted (it has model.tying_interface); export it with "
+                "tying.hf.export and reload it to convert again"
+            )
+        E0, U0, bias = _teacher_matrices(adapter, model)
+        embed_scale = float(adapter.scale_fn(model, adapter.input_embedding(model)))
+        return Teacher(
+            E0=E0,
+            U0=U0,
+            bias=bias,
+            model_type=model.config.model_type,
+            family=adapter.family,
+            embed_scale=embed_scale,
+            softcap=adapter.logit_softcap(model),
+            norm_has_gain=bool(adapter.final_norm_parameters(model)),
+            install=lambda interface: install_interface(model, interface, adapter, embed_scale),
+            record=lambda report: _record(model, report),
+        )
+
+
+register_model_kind(TransformersKind())

@@ -17,8 +17,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from tying.conversion.model import unwrap_model
 from tying.hf.adapters import get_adapter
-from tying.hf.convert import _unwrap, interface_of
+from tying.hf.convert import interface_of
 from tying.hf.modules import INTERFACE_ATTR
 from tying.hf.state import CONFIG_KEY
 
@@ -51,7 +52,7 @@ def export(model: nn.Module, out_dir: str | Path, tokenizer: Any = None) -> Path
             "this model carries peft adapters: merge them first (model = model.merge_and_unload()) "
             "and export the merged model"
         )
-    inner = _unwrap(model)
+    inner = unwrap_model(model)
     if hasattr(inner, "peft_config"):
         raise ValueError("merge peft adapters (merge_and_unload) before exporting")
     interface = interface_of(inner)

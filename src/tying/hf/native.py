@@ -22,8 +22,9 @@ import torch
 from safetensors import safe_open
 from torch import Tensor, nn
 
+from tying.conversion.report import ConversionReport
 from tying.hf.adapters import get_adapter
-from tying.hf.convert import REPORT_ATTR, ConversionReport, install_interface
+from tying.hf.convert import REPORT_ATTR, install_interface
 from tying.hf.modules import INTERFACE_ATTR
 from tying.hf.state import CONFIG_KEY, empty_interface
 

@@ -13,7 +13,7 @@ Optional input bias (centred memory): with Z^T 1 = 0 (every column of Z sums
 to zero) a constant row b (d,) can be added to every input vector,
 E = Z T^{-1} + 1 b^T, and still W_out E = I_d + T Z^T 1 b^T = I_d exactly. A
 teacher's mean embedding row is such a common offset (on a tied head it adds
-the same logit to every token); `from_teacher(..., centre=True)` builds Z from
+the same logit to every token); a conversion with `centre=True` builds Z from
 the centred teacher and carries the mean row as b. The retraction then keeps
 Z^T 1 = 0 (it projects the columns onto 1^⊥ before orthonormalising).
 
@@ -34,40 +34,34 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tying.interface.base import SOURCES, GradientSplit, TeacherConversion, TokenInterface
+from tying._compat import moved_name
+from tying.interface.base import GradientSplit, TeacherConversion, TokenInterface
 from tying.interface.linalg import (
     check_finite_matrix,
-    cholesky_lower,
     orthonormal_from_gaussian,
-    polar,
     polar_retraction,
 )
 
-#: The closed-form initialisations of T from a teacher (`from_teacher`, `teacher_factors`).
-T_INITS = ("identity", "output", "input")
-#: Initialisations of a conversion (`from_teacher_matrices`): the closed forms, and "fit"
-#: (the closed form CLOSED_FORM_T_INIT, then T and the final-norm gain fitted to the teacher
-#: on calibration text by the caller, `tying.hf.calibrate.fit_pit`).
-PIT_INITS = (*T_INITS, "fit")
-#: t_init of a conversion when none is given: "fit" measured best (docs/teacher.md); a caller
-#: without calibration text falls back to CLOSED_FORM_T_INIT (with the centred memory and the
-#: scale correction, the best closed form).
-DEFAULT_T_INIT = "fit"
-#: The closed form used without calibration text, and as the start of "fit".
-CLOSED_FORM_T_INIT = "output"
-#: Values of `input_scale` besides a positive number: "auto" (searched on calibration text by the
-#: caller; r = 1 without it) and "none" (no scale correction).
-INPUT_SCALE_MODES = ("auto", "none")
 DIAG_ACTIVATIONS = ("exp", "softplus")
-#: Exponent p of T = H^p / c for each closed-form t_init (H = polar factor of the teacher).
-T_INIT_POWER = {"identity": 0, "output": 1, "input": -1}
+#: Teacher-conversion names that moved to `tying.conversion.closed_form` in 0.2 (kept here,
+#: with a DeprecationWarning, until 0.3).
+_MOVED_TO_CONVERSION = (
+    "CLOSED_FORM_T_INIT",
+    "DEFAULT_T_INIT",
+    "INPUT_SCALE_MODES",
+    "PIT_INITS",
+    "T_INITS",
+    "T_INIT_POWER",
+    "TeacherFactors",
+    "parse_input_scale",
+    "teacher_factors",
+)
 
 
 def scratch_t_scale(t_scale: float | Literal["auto"], vocab_size: int, init_std: float) -> float:
@@ -99,7 +93,7 @@ def solves_by_inverse(device: torch.device) -> bool:
     return device.type != "cpu"
 
 
-def _activation_inverse(values: Tensor, activation: str) -> Tensor:
+def activation_inverse(values: Tensor, activation: str) -> Tensor:
     """ρ such that act(ρ) = values (values > 0)."""
     if activation == "exp":
         return values.log()
@@ -177,7 +171,8 @@ class PseudoInverseTying(TokenInterface):
         if gram_err > ortho_atol:
             raise ValueError(
                 f"Z must have orthonormal columns: max|Z^T Z - I| = {gram_err.item():.2e} > {ortho_atol:.0e}; "
-                "build Z with PseudoInverseTying.scratch/from_teacher or tying.interface.linalg.polar"
+                "build Z with PseudoInverseTying.scratch, tying.conversion.pit_from_teacher or "
+                "tying.interface.linalg.polar"
             )
         upper = torch.triu(L, diagonal=1)
         if bool((upper != 0).any()):
@@ -197,7 +192,7 @@ class PseudoInverseTying(TokenInterface):
                 raise ValueError(
                     f"an input bias needs a centred memory (Z^T 1 = 0), but max|Z^T 1|/sqrt(V) = "
                     f"{col_sums.item():.2e} > {ortho_atol:.0e}; build Z from the centred teacher "
-                    "(PseudoInverseTying.from_teacher(E0, centre=True))"
+                    "(tying.conversion.pit_from_teacher(E0, centre=True))"
                 )
         super().__init__(V, d, bias, loss_chunk_size)
         self.diag_activation = diag_activation
@@ -208,7 +203,7 @@ class PseudoInverseTying(TokenInterface):
             self.z = nn.Parameter(z)
         else:
             self.register_buffer("z", z)
-        rho = _activation_inverse(diag.detach().to(torch.float64), diag_activation).to(L.dtype)
+        rho = activation_inverse(diag.detach().to(torch.float64), diag_activation).to(L.dtype)
         l_param = torch.tril(L.detach(), diagonal=-1).clone()
         l_param.diagonal().copy_(rho)
         self.l_param = nn.Parameter(l_param)
@@ -284,91 +279,19 @@ class PseudoInverseTying(TokenInterface):
         bias: Tensor | None,
         teacher_tied: bool,
         source: str | None = None,
-        t_init: str | None = None,
-        centre: bool = True,
-        input_scale: float | str = "auto",
-        rank_rtol: float | None = None,
-        trainable_z: bool = False,
-        diag_activation: str = "exp",
-        diag_clamp: tuple[float, float] | None = None,
-        retraction_eps: float = 0.0,
-        loss_chunk_size: int | None = None,
+        **options: Any,
     ) -> TeacherConversion:
-        """PIT from M = U0 or E0 (by `source`) through `teacher_factors`.
+        """Deprecated: `tying.conversion.closed_form.pit_from_teacher_matrices` (removed in 0.3).
 
-        Built in float64 factors, stored in float32 (float64 for a float64 M), then cast to
-        M's dtype. Since W_out·E = I_d, PIT keeps exactly one side of the teacher unless M has
-        orthonormal columns: t_init="output" keeps the head (W_out = U0^T when M = U0),
-        "input" keeps the embedding (E = E0 when M = E0), "identity" takes Z = the polar
-        factor of M and T = I; "fit" builds CLOSED_FORM_T_INIT and asks the caller to fit T
-        and the final-norm gain on calibration text. By default M follows the closed form:
-        U0 for "output" and "fit", E0 for "input" and "identity".
-
-        Two options reduce the damage and keep W_out·E = I exactly: `centre` (Z from
-        M − 1μ^T, μ as input bias) and the scale correction `input_scale` (T/c, so E sits at
-        r times the teacher's scale; the caller multiplies the final-norm gain by
-        `settings["gain_factor"]`, which for "output" keeps the head exactly).
-
-        Args:
-            E0, U0, bias, teacher_tied, source: see `TokenInterface.from_teacher_matrices`.
-            t_init: one of PIT_INITS, or None for DEFAULT_T_INIT.
-            centre: centred memory with the mean row as input bias.
-            input_scale: r > 0 (E at r times the teacher's scale), "auto" (r = 1 here; the
-                caller may search it on calibration text) or "none" (T exactly H^p, gain 1).
-            rank_rtol: rank threshold of `tying.interface.linalg.polar`.
-            trainable_z, diag_activation, diag_clamp, retraction_eps, loss_chunk_size: the
-                constructor's.
-
-        Returns:
-            The conversion; its `settings` hold what a caller acts on: "t_init" (as asked, or
-            the default), "closed_form" (what was built), "centre", "input_scale" (r, or None
-            without correction), "gain_factor" (multiply the final-norm gain by it),
-            "search_input_scale" (input_scale was "auto") and "fit" (None, "requested" when
-            t_init="fit" was asked for, "default" when it is only the default: a caller
-            without calibration text then keeps the closed form).
+        A conversion builds PIT through `tying.conversion.teacher_builder`, which finds the
+        closed forms in the conversion package.
         """
-        if source is not None and source not in SOURCES:
-            raise ValueError(f"source must be one of {SOURCES} or None, got {source!r}")
-        fit = None if t_init is None else ("requested" if t_init == "fit" else None)
-        t_init = t_init or DEFAULT_T_INIT
-        if t_init not in PIT_INITS:
-            raise ValueError(f"t_init must be one of {PIT_INITS}, got {t_init!r}")
-        if t_init == "fit":
-            fit = fit or "default"
-        closed = CLOSED_FORM_T_INIT if t_init == "fit" else t_init
-        scale = parse_input_scale(input_scale)
-        r0 = None if scale == "none" else (1.0 if scale == "auto" else float(scale))
-        source = source or ("output" if closed == "output" else "input")
-        M = E0 if source == "input" else U0
-        work = torch.float64 if M.dtype == torch.float64 else torch.float32
-        factors = teacher_factors(M, closed, centre=centre, input_scale=r0, rank_rtol=rank_rtol)
-        pit = cls(
-            factors.Z.to(work),
-            factors.L.to(work),
-            bias=None if bias is None else bias.to(work),
-            input_bias=None if factors.input_bias is None else factors.input_bias.to(work),
-            trainable_z=trainable_z,
-            diag_activation=diag_activation,
-            diag_clamp=diag_clamp,
-            retraction_eps=retraction_eps,
-            loss_chunk_size=loss_chunk_size,
-        ).to(device=M.device, dtype=M.dtype)
-        notes = []
-        if M.dtype in (torch.float16, torch.bfloat16):
-            notes.append(
-                f"Z is stored in {M.dtype}: its columns are orthonormal only to that precision; "
-                "load the model in float32 to convert exactly"
-            )
-        settings = {
-            "t_init": t_init,
-            "closed_form": closed,
-            "centre": bool(centre),
-            "input_scale": r0,
-            "gain_factor": factors.gain_factor if r0 is not None else 1.0,
-            "search_input_scale": scale == "auto",
-            "fit": fit,
-        }
-        return TeacherConversion(pit, source, M, notes, settings)
+        build = moved_name(
+            "tying.interface.pit.PseudoInverseTying.from_teacher_matrices",
+            "tying.conversion.closed_form",
+            "pit_from_teacher_matrices",
+        )
+        return build(E0, U0, bias=bias, teacher_tied=teacher_tied, source=source, **options)
 
     @classmethod
     def count_parameters(cls, vocab_size: int, d_model: int) -> int:
@@ -404,41 +327,14 @@ class PseudoInverseTying(TokenInterface):
         return "z" if self.trainable_z else None
 
     @classmethod
-    def from_teacher(
-        cls,
-        E0: Tensor,
-        t_init: str = "output",
-        *,
-        dtype: torch.dtype = torch.float32,
-        rank_rtol: float | None = None,
-        centre: bool = False,
-        input_scale: float | None = None,
-        **options,
-    ) -> PseudoInverseTying:
-        """PIT from a pretrained embedding E0 (V×d) via its polar decomposition E0 = U H (float64).
-
-        Z = U, and T by `t_init`:
-            "identity": T = I (E = U, W_out = U^T);
-            "output":   T = H, so W_out = H U^T = E0^T: the teacher's (tied) head is kept exactly;
-            "input":    T = H^{-1}, so E = U H = E0: the teacher's embedding is kept exactly.
-        Both cannot hold unless E0 has orthonormal columns, since W_out E = I_d.
-        With `centre` the polar decomposition is that of E0 − 1μ^T (μ the mean row) and
-        μ becomes the input bias; with `input_scale` T is divided by the constant c of
-        `teacher_factors` (the head changes by 1/c: a caller that keeps the head multiplies
-        the final-norm gain by `teacher_factors(...).gain_factor`, as `tying.hf.convert` does).
-
-        Args:
-            E0: teacher embedding, (V, d), finite, full column rank, V >= d.
-            t_init: "identity", "output" or "input".
-            dtype: dtype of the stored Z and L.
-            rank_rtol: rank threshold of `tying.interface.linalg.polar`.
-            centre: build Z from the centred teacher and add its mean row as input bias.
-            input_scale: r of `teacher_factors` (None: T exactly as listed above).
-            options: constructor keyword arguments (trainable_z, bias, ...).
-        """
-        f = teacher_factors(E0, t_init, centre=centre, input_scale=input_scale, rank_rtol=rank_rtol)
-        bias = None if f.input_bias is None else f.input_bias.to(dtype)
-        return cls(f.Z.to(dtype), f.L.to(dtype), input_bias=bias, **options)
+    def from_teacher(cls, E0: Tensor, t_init: str = "output", **options: Any) -> PseudoInverseTying:
+        """Deprecated: `tying.conversion.closed_form.pit_from_teacher` (removed in 0.3)."""
+        build = moved_name(
+            "tying.interface.pit.PseudoInverseTying.from_teacher",
+            "tying.conversion.closed_form",
+            "pit_from_teacher",
+        )
+        return build(E0, t_init, **options)
 
     # ---------------------------------------------------------- factors
     @property
@@ -521,7 +417,7 @@ class PseudoInverseTying(TokenInterface):
     def embedding_matrix(self) -> Tensor:
         """E = Z T^{-1} (+ 1 b^T with an input bias), (V, d): the rows the model reads.
 
-        Built by triangular solves on all rows; W_out E = I_d holds for this matrix.
+        Built as `embed` builds rows (`_apply_inverse_transform`); W_out E = I_d holds for it.
         """
         E = self._apply_inverse_transform(self.z, self.cholesky_factor())
         if self.input_bias is not None:
@@ -594,7 +490,7 @@ class PseudoInverseTying(TokenInterface):
         diag = torch.diagonal(L).to(torch.float64)
         self.l_param.copy_(torch.tril(L, diagonal=-1))
         self.l_param.diagonal().copy_(
-            _activation_inverse(diag, self.diag_activation).to(self.l_param.dtype)
+            activation_inverse(diag, self.diag_activation).to(self.l_param.dtype)
         )
         if self.input_bias is not None:
             self.input_bias.mul_(factor)
@@ -616,135 +512,6 @@ class PseudoInverseTying(TokenInterface):
         )
 
 
-@dataclass(frozen=True)
-class TeacherFactors:
-    """A PIT interface for a teacher embedding E0 (V×d), in float64 (see `teacher_factors`).
-
-    Attributes:
-        Z: (V, d), orthonormal columns: the polar factor U of E0 (of E0 − 1μ^T when centred).
-        L: (d, d), lower Cholesky factor of T = H^p / c.
-        input_bias: (d,) r·μ when centred (μ = mean row of E0), else None.
-        input_scale: c, the constant T was divided by (E is multiplied by c, W_out by 1/c).
-        relative_scale: r, the median over the polar eigendirections of σ_i(E) / σ_i(teacher).
-        gain_factor: m, the factor by which a final-norm gain must be multiplied so that the
-            head's median eigenvalue ratio to the teacher's tied head H U^T is 1
-            (m = c / median σ^{p-1}; for "output" m = c: the head is kept exactly).
-        singular_values: (d,) singular values of the (centred) teacher, descending.
-        mean_row: (d,) μ (zeros when not centred).
-    """
-
-    Z: Tensor
-    L: Tensor
-    input_bias: Tensor | None
-    input_scale: float
-    relative_scale: float
-    gain_factor: float
-    singular_values: Tensor
-    mean_row: Tensor
-
-
-def teacher_factors(
-    E0: Tensor,
-    t_init: str = "output",
-    *,
-    centre: bool = False,
-    input_scale: float | None = None,
-    rank_rtol: float | None = None,
-) -> TeacherFactors:
-    """Z, L (and input bias) of a PIT built from a teacher embedding, in float64.
-
-    With M = E0 (or E0 − 1μ^T when `centre`), M = U H its polar decomposition
-    and σ_i its singular values (H = B diag(σ) B^T), Z = U and
-    T = H^p / c with p = 1 ("output"), 0 ("identity") or −1 ("input"). Then
-    E = Z T^{-1} has singular values c σ_i^{-p} along the same directions as M,
-    a ratio ρ_i = c σ_i^{-p-1} to the teacher's; r = median_i ρ_i.
-
-    - input_scale=None: c = 1 (T exactly H^p), r follows from it.
-    - input_scale=r > 0: c = r / median_i σ_i^{-p-1}, so E sits at r times the
-      teacher's scale in the bulk of the spectrum ("output": c = r s², s the
-      median σ; the teacher's rows are matched where σ_i ≈ s).
-
-    The input bias is r·μ, the mean row at the same relative scale. Because
-    Z^T 1 = 0 for a centred memory, W_out (Z T^{-1} + 1 b^T) = I_d stays exact.
-
-    Args:
-        E0: teacher embedding (V, d), finite, full column rank, V > d.
-        t_init: "identity", "output" or "input".
-        centre: centre E0 and return its mean row as input bias.
-        input_scale: r (see above) or None.
-        rank_rtol: rank threshold of `tying.interface.linalg.polar`.
-
-    Raises:
-        ValueError: unknown t_init, input_scale <= 0, or a rank-deficient (centred) E0.
-    """
-    if t_init not in T_INIT_POWER:
-        raise ValueError(f"t_init must be one of {T_INITS}, got {t_init!r}")
-    if input_scale is not None and not input_scale > 0:
-        raise ValueError(f"input_scale must be a positive number or None, got {input_scale!r}")
-    check_finite_matrix(E0, "the teacher embedding")
-    M = E0.detach().to(torch.float64)
-    V, d = M.shape
-    mu = M.mean(dim=0) if centre else torch.zeros(d, dtype=torch.float64)
-    if centre:
-        if V <= d:
-            raise ValueError(
-                f"a centred memory needs V > d (Z^T 1 = 0 leaves V - 1 dimensions), got V={V}, d={d}"
-            )
-        M = M - mu
-    p = polar(M, rank_rtol=rank_rtol if rank_rtol is not None else _default_rtol(E0))
-    power = T_INIT_POWER[t_init]
-    sigma = p.singular_values
-    bulk_in = float(sigma.pow(-power - 1).median())
-    c = 1.0 if input_scale is None else float(input_scale) / bulk_in
-    r = c * bulk_in
-    evals, evecs = torch.linalg.eigh(p.H)
-    evals = evals.clamp_min(torch.finfo(torch.float64).tiny)
-    T = (evecs * (evals.pow(power) / c)) @ evecs.T
-    L = cholesky_lower(T)
-    gain_factor = c / float(sigma.pow(power - 1).median())
-    U = p.U
-    if centre:
-        # Z^T 1 = H^{-1} M^T 1 = 0 in exact arithmetic; remove the rounding residue.
-        U = U - U.mean(dim=0, keepdim=True)
-        U = polar_retraction(U)
-    return TeacherFactors(
-        Z=U,
-        L=L,
-        input_bias=r * mu if centre else None,
-        input_scale=c,
-        relative_scale=r,
-        gain_factor=gain_factor,
-        singular_values=sigma,
-        mean_row=mu,
-    )
-
-
-def _default_rtol(E0: Tensor) -> float:
-    """The rank threshold of `polar` for the dtype E0 was stored in."""
-    return E0.shape[1] * torch.finfo(E0.dtype).eps
-
-
-def parse_input_scale(value: float | str | None) -> float | str:
-    """`input_scale` as "auto", "none" or a positive float (None reads as "none").
-
-    Raises:
-        ValueError: anything else, with the accepted values.
-    """
-    if value is None:
-        return "none"
-    bad = f"input_scale must be a positive number, 'auto' or 'none', got {value!r}"
-    if isinstance(value, str):
-        if value in INPUT_SCALE_MODES:
-            return value
-        try:
-            value = float(value)
-        except ValueError:
-            raise ValueError(bad) from None
-    if isinstance(value, bool) or not float(value) > 0:
-        raise ValueError(bad)
-    return float(value)
-
-
 def centred_placeholder(V: int, d: int, dtype: torch.dtype = torch.float32) -> Tensor:
     """A (V, d) matrix with orthonormal columns that each sum to zero (V > d): Helmert columns.
 
@@ -758,3 +525,9 @@ def centred_placeholder(V: int, d: int, dtype: torch.dtype = torch.float32) -> T
     Z = torch.where(rows <= j, norm, torch.zeros(()))
     Z = torch.where(rows == j + 1, -(j + 1) * norm, Z)
     return Z.to(dtype)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED_TO_CONVERSION:
+        return moved_name(f"{__name__}.{name}", "tying.conversion.closed_form", name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

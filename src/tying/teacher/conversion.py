@@ -8,8 +8,8 @@ from typing import Any, Literal
 import torch
 
 from tying.config import positional, tie_field
+from tying.conversion import FitOptions
 from tying.hf import export, interface_of
-from tying.hf.calibrate import FitOptions
 from tying.loader import load_for_export
 from tying.outputs import output_folder
 from tying.teacher.step0 import convert_spec

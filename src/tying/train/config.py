@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tying.config import ConfigError, from_dict, renamed, tie_field
-from tying.hf.calibrate import FitOptions
+from tying.conversion import FitOptions
 from tying.interface import check_tie, interface_class, ties
 from tying.interface.registry import check_interface_options
 from tying.train.distill import DistillConfig

@@ -4,8 +4,13 @@ import pytest
 import torch
 
 from tying import PseudoInverseTying
+from tying.conversion.closed_form import (
+    T_INITS,
+    pit_from_teacher,
+    pit_from_teacher_matrices,
+    teacher_factors,
+)
 from tying.interface.linalg import orthonormal_from_gaussian
-from tying.interface.pit import T_INITS, teacher_factors
 
 
 def anisotropic_teacher(V: int = 300, d: int = 12, seed: int = 0) -> torch.Tensor:
@@ -31,16 +36,14 @@ def consistency_error(pit: PseudoInverseTying) -> float:
 @pytest.mark.parametrize("input_scale", [None, 1.0, 3.0])
 def test_every_option_keeps_w_out_e_identity_float64(t_init, centre, input_scale) -> None:
     E0 = anisotropic_teacher()
-    pit = PseudoInverseTying.from_teacher(
-        E0, t_init, dtype=torch.float64, centre=centre, input_scale=input_scale
-    )
+    pit = pit_from_teacher(E0, t_init, dtype=torch.float64, centre=centre, input_scale=input_scale)
     assert consistency_error(pit) <= 1e-9
     assert (pit.input_bias is not None) == centre
 
 
 def test_embedding_matrix_includes_the_input_bias_and_embed_agrees() -> None:
     E0 = anisotropic_teacher()
-    pit = PseudoInverseTying.from_teacher(E0, "output", dtype=torch.float64, centre=True)
+    pit = pit_from_teacher(E0, "output", dtype=torch.float64, centre=True)
     Z, L = pit.z, pit.cholesky_factor()
     expected = Z @ torch.linalg.inv(L @ L.T) + pit.input_bias
     torch.testing.assert_close(pit.embedding_matrix(), expected)
@@ -52,7 +55,7 @@ def test_centred_output_keeps_the_head_up_to_a_constant_logit() -> None:
     # The teacher's head is E0^T; the centred PIT head is (E0 − 1μ^T)^T: every logit of a
     # hidden state h moves by the same h·μ, so the softmax is unchanged.
     E0 = anisotropic_teacher()
-    pit = PseudoInverseTying.from_teacher(E0, "output", dtype=torch.float64, centre=True)
+    pit = pit_from_teacher(E0, "output", dtype=torch.float64, centre=True)
     h = torch.randn(7, 12, dtype=torch.float64)
     shift = pit.logits(h) - h @ E0.T
     torch.testing.assert_close(shift, shift[:, :1].expand_as(shift))
@@ -61,7 +64,7 @@ def test_centred_output_keeps_the_head_up_to_a_constant_logit() -> None:
 
 def test_centred_input_keeps_the_teacher_rows_with_t_init_input() -> None:
     E0 = anisotropic_teacher()
-    pit = PseudoInverseTying.from_teacher(E0, "input", dtype=torch.float64, centre=True)
+    pit = pit_from_teacher(E0, "input", dtype=torch.float64, centre=True)
     torch.testing.assert_close(pit.embedding_matrix(), E0)
 
 
@@ -73,7 +76,7 @@ def test_output_scale_puts_e_at_the_teacher_scale_in_the_bulk() -> None:
     s = float(f.singular_values.median())
     assert f.input_scale == pytest.approx(s * s)
     assert f.gain_factor == pytest.approx(s * s)  # keeps the head: gain·c, W_out/c
-    pit = PseudoInverseTying.from_teacher(E0, "output", dtype=torch.float64, input_scale=1.0)
+    pit = pit_from_teacher(E0, "output", dtype=torch.float64, input_scale=1.0)
     sv = torch.linalg.svdvals(pit.embedding_matrix().detach())
     assert float(sv.median()) == pytest.approx(s, rel=1e-9)
 
@@ -100,9 +103,7 @@ def test_scale_and_gain_reproduce_an_orthonormal_up_to_scale_teacher_exactly() -
 
 
 def test_scale_input_multiplies_e_and_divides_w_out() -> None:
-    pit = PseudoInverseTying.from_teacher(
-        anisotropic_teacher(), "output", dtype=torch.float64, centre=True
-    )
+    pit = pit_from_teacher(anisotropic_teacher(), "output", dtype=torch.float64, centre=True)
     E, U = pit.embedding_matrix(), pit.unembedding_matrix()
     pit.scale_input_(2.5)
     torch.testing.assert_close(pit.embedding_matrix(), 2.5 * E)
@@ -121,9 +122,7 @@ def test_input_bias_needs_a_centred_memory() -> None:
 
 
 def test_retraction_keeps_columns_centred_and_orthonormal() -> None:
-    pit = PseudoInverseTying.from_teacher(
-        anisotropic_teacher().float(), "output", centre=True, trainable_z=True
-    )
+    pit = pit_from_teacher(anisotropic_teacher().float(), "output", centre=True, trainable_z=True)
     opt = torch.optim.Adam(pit.parameters(), lr=1e-2)
     pit.attach_retraction(opt)
     for _ in range(20):
@@ -139,7 +138,7 @@ def test_retraction_keeps_columns_centred_and_orthonormal() -> None:
 
 
 def test_num_parameters_counts_the_input_bias() -> None:
-    pit = PseudoInverseTying.from_teacher(anisotropic_teacher(), centre=True)
+    pit = pit_from_teacher(anisotropic_teacher(), centre=True)
     assert pit.num_parameters() == 300 * 12 + 12 * 13 // 2 + 12
     assert "input_bias" in dict(pit.named_parameters())
 
@@ -155,7 +154,7 @@ def test_teacher_factors_rejects_bad_options() -> None:
 @pytest.mark.parametrize("input_scale", ["auto", "none", 2.0])
 def test_from_teacher_matrices_settings_and_exact_consistency(t_init, input_scale) -> None:
     E0 = anisotropic_teacher()
-    built = PseudoInverseTying.from_teacher_matrices(
+    built = pit_from_teacher_matrices(
         E0, E0, bias=None, teacher_tied=True, t_init=t_init, input_scale=input_scale
     )
     s = built.settings
@@ -179,7 +178,7 @@ def test_from_teacher_matrices_settings_and_exact_consistency(t_init, input_scal
 
 
 def test_placeholder_of_a_centred_interface_loads_its_state_exactly() -> None:
-    pit = PseudoInverseTying.from_teacher(anisotropic_teacher(), "output", centre=True)
+    pit = pit_from_teacher(anisotropic_teacher(), "output", centre=True)
     assert pit.options()["centred"] is True
     empty = PseudoInverseTying.placeholder(
         300, 12, dtype=torch.float32, bias=False, **pit.options()
@@ -188,7 +187,7 @@ def test_placeholder_of_a_centred_interface_loads_its_state_exactly() -> None:
     empty.load_state_dict(pit.state_dict(), strict=True)
     ids = torch.arange(300)
     assert torch.equal(empty.embed(ids), pit.embed(ids))
-    plain = PseudoInverseTying.from_teacher(anisotropic_teacher(), "output")
+    plain = pit_from_teacher(anisotropic_teacher(), "output")
     assert plain.options()["centred"] is False
     again = PseudoInverseTying.placeholder(
         300, 12, dtype=torch.float32, bias=False, **plain.options()
@@ -199,8 +198,6 @@ def test_placeholder_of_a_centred_interface_loads_its_state_exactly() -> None:
 def test_from_teacher_matrices_rejects_bad_values() -> None:
     E0 = anisotropic_teacher()
     with pytest.raises(ValueError, match="t_init must be"):
-        PseudoInverseTying.from_teacher_matrices(E0, E0, bias=None, teacher_tied=True, t_init="x")
+        pit_from_teacher_matrices(E0, E0, bias=None, teacher_tied=True, t_init="x")
     with pytest.raises(ValueError, match="input_scale"):
-        PseudoInverseTying.from_teacher_matrices(
-            E0, E0, bias=None, teacher_tied=True, input_scale="large"
-        )
+        pit_from_teacher_matrices(E0, E0, bias=None, teacher_tied=True, input_scale="large")
