@@ -17,6 +17,10 @@ MOVED = [
     ("tying.model.presets", "preset_config", "tying.decoder.presets"),
     ("tying.experiments.teacher_init", "conversion_table", "tying.teacher.step0"),
     ("tying.interface.factory", "build_interface", "tying.interface.registry"),
+    ("tying.train.loop", "train", "tying.train.run"),
+    ("tying.train.loop", "TrainResult", "tying.train.run"),
+    ("tying.train.loop", "MODEL_KEYS", "tying.train.run"),
+    ("tying.train.loop", "check_resume_compatible", "tying.train.run"),
 ]
 
 

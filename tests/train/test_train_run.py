@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from tying.config import ConfigError, load_config
+from tying.train import DivergenceError, train
 from tying.train import checkpoint as ckpt
 from tying.train.config import TrainConfig
-from tying.train.loop import DivergenceError, train
 from tying.train.metrics import read_metrics
 
 from .conftest import small_run
