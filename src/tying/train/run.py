@@ -1,6 +1,6 @@
 """`tying train`: a training run as a `tying.train.loop.Run`, in clearly marked sections.
 
-setup      -> process group, run folder, config.yaml, resume point
+folder     -> process group, the run folder's lock (`tying.train.lock`), resume point
 data       -> tokenizer, token shards (cached), window sampler, validation store
 model      -> decoder preset (scratch) or converted Hugging Face model (teacher),
               wrapped with a frozen teacher when the run distills (`distill` section)
@@ -39,6 +39,7 @@ from tying.train.distill import (
 )
 from tying.train.distributed import DistInfo, cleanup, init_distributed, unwrap, wrap_model
 from tying.train.evaluate import evaluate
+from tying.train.lock import locked_run_folder
 from tying.train.loop import (
     LoopSettings,
     LoopState,
@@ -250,15 +251,21 @@ def _record_conversion(model: nn.Module, run_dir: Path, logger: MetricsLogger) -
 def train(cfg: TrainConfig, setup: TrainingSetup | None = None) -> TrainResult:
     """Run (or resume) one training run as configured; returns its summary.
 
+    The run folder `cfg.out` is locked for the whole run (rank 0 holds the lock for a torchrun
+    process group).
+
     Raises:
         DivergenceError: the loss became non-finite (the last good checkpoint is kept).
         ConfigError: inconsistent settings (batch sizes, existing run folder, ...).
+        RunFolderInUseError: another live process is running in `cfg.out`.
     """
-    # ------------------------------------------------------------------ setup
+    # ------------------------------------------------------------------ folder
     info = init_distributed()
     deterministic_before = torch.are_deterministic_algorithms_enabled()
     try:
-        return _train(cfg, info, setup)
+        cfg.grad_accum_steps(info.world_size)  # bad batch sizes: refused before the folder
+        with locked_run_folder(cfg.out, info):
+            return _train(cfg, info, setup)
     finally:
         torch.use_deterministic_algorithms(deterministic_before)
         cleanup(info)

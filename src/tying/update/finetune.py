@@ -6,9 +6,10 @@ The update is a run of the training loop (`tying.train.loop`): the same resume, 
 settings, step, progress bar and metrics.jsonl as `tying train`, with its own trainable
 parameters, loss mask and data:
 
-setup      -> options checked, resume point; training examples read and tokenized, the base
-              model loaded (`tying.loader.load_any`) and recorded
-              (`tying.adapters.base_record`), all before anything is written
+setup      -> options checked, the output folder locked (`tying.train.lock`), resume point;
+              training examples read and tokenized, the base model loaded
+              (`tying.loader.load_any`) and recorded (`tying.adapters.base_record`), all before
+              anything is written
 model      -> LoRA through peft (`tying.update.lora.add_lora`) on the transformers causal LM
               behind the model; the token interface frozen unless train_interface
 optimizer  -> the training run's AdamW groups (`tying.train.optim.build_optimizers`) over the
@@ -54,6 +55,7 @@ from tying.devices import autocast_for, resolve_device, resolve_precision
 from tying.loader import load_any
 from tying.train import checkpoint as ckpt
 from tying.train.distributed import DistInfo
+from tying.train.lock import LOCK_FILE, locked_run_folder
 from tying.train.loop import (
     LoopResult,
     LoopSettings,
@@ -228,9 +230,9 @@ def _log(message: str) -> None:
 
 def _resume_point(options: FinetuneOptions, out: Path, log: Callable[[str], None]) -> Path | None:
     """The checkpoint to continue from (None: start), after checking the settings; refuses an
-    output folder that holds files unless resume."""
+    output folder that holds files unless resume (its lock file aside)."""
     if not options.resume:
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if out.exists() and (not out.is_dir() or any(p.name != LOCK_FILE for p in out.iterdir())):
             raise FileExistsError(
                 f"{out} is not empty: pass --resume to continue the run in it, or choose "
                 "another --out (nothing was overwritten)"
@@ -493,17 +495,21 @@ def _build_run(options: FinetuneOptions, update: _Update, out: Path) -> Run:
 def finetune(options: FinetuneOptions, log: Callable[[str], None] = _log) -> FinetuneResult:
     """Train a LoRA adapter of `options.spec` on `options.task` (see the module docstring).
 
+    The output folder is locked for the whole run (`tying.train.lock`).
+
     Raises:
         ValueError / FileNotFoundError: bad options, a missing or malformed task file, an
             unknown task, a model without a tokenizer, a module name LoRA cannot adapt
             (nothing is written).
         FileExistsError: a non-empty `out` without resume.
+        RunFolderInUseError: another live process is running in `out`.
         ConfigError: a resume with other model or data settings.
         DivergenceError: the loss became NaN or Inf (the last good checkpoint is kept).
     """
     check_options(options)
     out = Path(options.out).expanduser()
-    return _finetune(options, out, log)
+    with locked_run_folder(out):
+        return _finetune(options, out, log)
 
 
 def _finetune(options: FinetuneOptions, out: Path, log: Callable[[str], None]) -> FinetuneResult:
