@@ -19,6 +19,10 @@ MOVED = [
     ("tying.interface.factory", "build_interface", "tying.interface.registry"),
     ("tying.hf.calibrate", "fit_pit", "tying.conversion"),
     ("tying.hf.calibrate", "FitOptions", "tying.conversion"),
+    ("tying.train.loop", "train", "tying.train.run"),
+    ("tying.train.loop", "TrainResult", "tying.train.run"),
+    ("tying.train.loop", "MODEL_KEYS", "tying.train.run"),
+    ("tying.train.loop", "check_resume_compatible", "tying.train.run"),
 ]
 
 #: Names that moved out of a module that stays (served by its `__getattr__`).

@@ -15,9 +15,9 @@ import torch
 from tying.config import ConfigError, load_config
 from tying.hf import HFCausalLM, convert, load
 from tying.train import checkpoint as ckpt
+from tying.train import train
 from tying.train.config import TrainConfig
 from tying.train.distill import DistillationObjective, DistillConfig, load_teacher
-from tying.train.loop import train
 from tying.train.metrics import read_metrics
 
 from .conftest import small_run

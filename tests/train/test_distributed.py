@@ -45,3 +45,24 @@ def test_two_processes_match_one(small_corpus, tmp_path, mode) -> None:
     for a, b in zip(one, two):
         key = "loss" if "loss" in a else "val_loss"
         assert abs(a[key] - b[key]) <= 1e-4, (a, b)
+
+
+def test_a_process_group_is_refused_a_folder_in_use(small_corpus, tmp_path) -> None:
+    """Rank 0 takes the lock for the group; when the folder is held elsewhere, every rank stops
+    with the same one-line error (none waits for rank 0 in a collective)."""
+    from tying.train.lock import RunFolderLock
+
+    out = tmp_path / "held"
+    env = dict(os.environ, OMP_NUM_THREADS="1", TYING_CACHE_DIR=str(tmp_path / "cache"))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    cmd += ["-m", "tying", "train", *small_run(small_corpus, out, max_steps=2)]
+    with RunFolderLock(out):
+        result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode != 0
+    refused = [
+        line
+        for line in (result.stdout + result.stderr).splitlines()
+        if f"tying train: error: {out} is in use by process {os.getpid()} on " in line
+    ]
+    assert len(refused) == 2, result.stdout[-3000:] + result.stderr[-3000:]
+    assert not out.exists()

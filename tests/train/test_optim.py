@@ -14,8 +14,8 @@ from tying.config import ConfigError, load_config
 from tying.decoder import Decoder, preset_config
 from tying.interface.linalg import orthonormal_from_gaussian
 from tying.train import checkpoint as ckpt
+from tying.train import train
 from tying.train.config import TrainConfig
-from tying.train.loop import train
 from tying.train.metrics import read_metrics
 from tying.train.optim import build_optimizers, param_groups, stiefel_manifold, z_lr_scale
 
@@ -423,7 +423,7 @@ def test_resume_restores_groups_and_repeats_the_run_exactly(
 
 
 def test_resume_refuses_another_optimizer_or_t_scale_but_not_another_lr_scale(tmp_path) -> None:
-    from tying.train.loop import check_resume_compatible
+    from tying.train.run import check_resume_compatible
 
     saved = load_config(TrainConfig, None, ["tie=pit", "pit_z_lr_scale=0.5"])
     for change, key in (

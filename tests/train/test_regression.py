@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from tying.config import load_config
+from tying.train import train
 from tying.train.config import TrainConfig
-from tying.train.loop import train
 
 # Measured validation loss (nats/token) after 200 steps, plus 0.05 nats of slack.
 # Measured 2026-11-22: untied 6.2171, tt 6.2705, pit (trainable Z, T = I: the scratch default

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from tying.config import load_config
+from tying.train import train
 from tying.train.config import TrainConfig
-from tying.train.loop import train
 from tying.train.metrics import read_metrics
 
 from .conftest import small_run

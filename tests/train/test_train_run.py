@@ -12,10 +12,11 @@ import time
 import pytest
 import torch
 
+from tying.cli import main
 from tying.config import ConfigError, load_config
+from tying.train import DivergenceError, train
 from tying.train import checkpoint as ckpt
 from tying.train.config import TrainConfig
-from tying.train.loop import DivergenceError, train
 from tying.train.metrics import read_metrics
 
 from .conftest import small_run
@@ -54,9 +55,9 @@ def test_refuses_to_overwrite_an_existing_run(small_corpus, tmp_path) -> None:
         train(cfg)
 
 
-def _start(args, env=None):
+def _start(args, env=None, verb: str = "train"):
     return subprocess.Popen(
-        [sys.executable, "-m", "tying", "train", *args],
+        [sys.executable, "-m", "tying", verb, *args],
         env=env or dict(os.environ),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -64,37 +65,96 @@ def _start(args, env=None):
     )
 
 
+#: metrics.jsonl keys that measure time, not the run (they differ between two equal runs).
+_TIMING = ("tokens_per_s", "step_s", "elapsed_s")
+
+
+def _rows(run_dir) -> list[dict]:
+    """metrics.jsonl rows without their timing keys."""
+    return [{k: v for k, v in r.items() if k not in _TIMING} for r in read_metrics(run_dir)]
+
+
+def _final_weights(case: str, run_dir) -> dict[str, torch.Tensor]:
+    """The final trained tensors: the last checkpoint's model (train), the adapter (finetune)."""
+    from safetensors.torch import load_file
+
+    if case == "lora":
+        return load_file(str(run_dir / "adapter_model.safetensors"))
+    return ckpt.load_model_state(ckpt.latest_checkpoint(run_dir))
+
+
+def _lora_args(spec, task, out, steps: int, resume: bool = False) -> list[str]:
+    """`tying finetune` flags of a seconds-long LoRA run (dropout on: the random state counts)."""
+    args = [str(spec), "--task", str(task), "--out", str(out), "--max-steps", str(steps)]
+    args += ["--batch-size", "2", "--max-seq-len", "64", "--checkpoint-every", "2"]
+    args += ["--dropout", "0.3", "--lr", "1e-2", "--seed", "5", "--train-interface"]
+    args += ["--precision", "fp32", "--device", "cpu", "--no-progress"]
+    return args + (["--resume"] if resume else [])
+
+
 @pytest.mark.parametrize(
-    "device_settings",
+    "case",
     [
-        pytest.param({}, id="default"),
+        pytest.param("default", id="default"),
         pytest.param(
-            {"precision": "bf16", "compile": True},
+            "cuda",
             id="cuda-compiled-bf16",
             marks=[
                 pytest.mark.cuda,
                 pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
             ],
         ),
+        pytest.param("lora", id="lora-finetune"),
     ],
 )
 def test_sigkill_then_resume_gives_identical_losses(
-    small_corpus, tmp_path, device_settings
+    small_corpus, tiny_teacher, tmp_path, capsys, case
 ) -> None:
-    steps = 12
-    settings = dict(max_steps=steps, tie="pit", pit_trainable_z=True, **device_settings)
+    """A run killed with SIGKILL and resumed ends with the uninterrupted run's metrics and
+    weights, bit for bit; while it runs, its folder is refused to a second run (exit 2, the
+    holder named), and the kill leaves no stuck lock."""
+    if case == "lora":  # a LoRA update (and the trained interface) of a tiny Llama
+        steps, verb = 30, "finetune"
+        task = tmp_path / "qa.jsonl"
+        task.write_text(
+            "".join(
+                json.dumps({"prompt": f"Q: {i} plus {i}?\nA:", "completion": f" {2 * i}"}) + "\n"
+                for i in range(12)
+            )
+        )
+
+        def args(out, resume=False):
+            return _lora_args(tiny_teacher, task, out, steps, resume)
+
+    else:
+        steps, verb = 12, "train"
+        device = {"precision": "bf16", "compile": True} if case == "cuda" else {}
+        settings = dict(max_steps=steps, tie="pit", pit_trainable_z=True, **device)
+
+        def args(out, resume=False):
+            return small_run(small_corpus, out, resume=resume, **settings)
+
     ref_dir, killed_dir = tmp_path / "ref", tmp_path / "killed"
-    ref = _start(small_run(small_corpus, ref_dir, **settings))
+    ref = _start(args(ref_dir), verb=verb)
     assert ref.wait(timeout=300) == 0, ref.stdout.read()
     reference = _losses(ref_dir)
 
-    proc = _start(small_run(small_corpus, killed_dir, **settings))
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        done = [s for s in _losses(killed_dir)] if (killed_dir / "metrics.jsonl").exists() else []
-        if done and max(done) >= 5:
-            break
-        time.sleep(0.02)
+    proc = _start(args(killed_dir), verb=verb)
+
+    def wait_for_step(at_least: int) -> None:
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            done = list(_losses(killed_dir)) if (killed_dir / "metrics.jsonl").exists() else []
+            if done and max(done) >= at_least:
+                return
+            time.sleep(0.02)
+
+    wait_for_step(1)
+    capsys.readouterr()
+    assert main([verb, *args(killed_dir, resume=True)]) == 2  # the folder is in use
+    refused = capsys.readouterr().err.strip().splitlines()
+    assert len(refused) == 1 and f"is in use by process {proc.pid} on " in refused[0], refused
+    wait_for_step(5)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     last = ckpt.latest_checkpoint(killed_dir)
@@ -102,12 +162,18 @@ def test_sigkill_then_resume_gives_identical_losses(
     resumed_from = json.loads((last / "trainer.json").read_text())["step"]
     assert 0 < resumed_from < steps, "the run finished before it was killed; nothing was tested"
 
-    again = _start(small_run(small_corpus, killed_dir, resume=True, **settings))
+    again = _start(args(killed_dir, resume=True), verb=verb)  # the kill left no stuck lock
     assert again.wait(timeout=300) == 0, again.stdout.read()
     resumed = _losses(killed_dir)
     assert sorted(resumed) == list(range(1, steps + 1))
     for step in range(resumed_from + 1, steps + 1):
         assert resumed[step] == reference[step], (step, resumed[step], reference[step])
+    assert _rows(killed_dir) == _rows(ref_dir)
+    assert len(set(reference.values())) > 1
+    final, final_ref = _final_weights(case, killed_dir), _final_weights(case, ref_dir)
+    assert final.keys() == final_ref.keys()
+    assert all(torch.equal(final[k], final_ref[k]) for k in final), "final weights differ"
+    assert not (killed_dir / ".lock").exists()
 
 
 class _NaNAfter(torch.nn.Module):

@@ -174,6 +174,28 @@ def test_resume_refuses_other_settings(tiny_base: Path, tmp_path: Path, capsys) 
     assert "pass --resume" in error_line(capsys.readouterr().err)
 
 
+def test_an_old_checkpoint_is_refused_with_one_line(
+    tiny_base: Path, tmp_path: Path, capsys
+) -> None:
+    """tying 0.2.0's finetune saved `optimizer.state_dict()` (parameters by index): a resume
+    refuses it by name instead of failing inside torch.distributed.checkpoint."""
+    out = tmp_path / "run"
+    finetune(options(tiny_base, out, max_steps=2, checkpoint_every=1))
+    path = out / "checkpoints" / "step-0000002" / "optimizer.pt"
+    state = torch.load(path, weights_only=True)
+    names = [n for g in state["param_groups"] for n in g["params"]]
+    old = {
+        "state": {names.index(n): v for n, v in state["state"].items()},
+        "param_groups": [{**state["param_groups"][0], "params": list(range(len(names)))}],
+    }
+    torch.save(old, path)
+    capsys.readouterr()
+    argv = ["finetune", str(tiny_base), "--out", str(out), "--max-steps", "3", "--resume"]
+    argv += ["--batch-size", "2", "--max-seq-len", "128", "--no-progress", "--device", "cpu"]
+    assert main(argv) == 2
+    assert "written by an older tying finetune" in error_line(capsys.readouterr().err)
+
+
 @pytest.mark.parametrize(
     ("case", "message"),
     [

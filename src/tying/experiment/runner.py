@@ -1,6 +1,6 @@
 """Train the grid: one run folder per cell, resumable, finished runs skipped.
 
-Cells run in-process, one after another (`tying.train.loop.train`): simpler than a
+Cells run in-process, one after another (`tying.train.run.train`): simpler than a
 subprocess per cell and it shares the tokenized shards' cache; a failing cell raises and
 stops the grid, and the next invocation resumes it from its newest checkpoint.
 
@@ -89,7 +89,7 @@ def _check_same_config(run_dir: Path, cfg: TrainConfig, keys: set[str]) -> None:
 
 def train_cell(cfg: ExperimentConfig, spec: RunSpec, progress: bool = True) -> RunOutcome:
     """Train (or resume, or skip) one cell; writes DONE.json when training returns."""
-    from tying.train.loop import train
+    from tying.train.run import train
 
     train_cfg = cfg.train_config(spec)
     train_cfg.progress = progress and train_cfg.progress

@@ -1,55 +1,62 @@
-"""The training loop of `tying train`, in clearly marked sections.
+"""The one training loop: `tying train` and `tying finetune` both run it.
 
-setup      -> process group, run folder, config.yaml, resume point
-data       -> tokenizer, token shards (cached), window sampler, validation store
-model      -> decoder preset (scratch) or converted Hugging Face model (teacher),
-              wrapped with a frozen teacher when the run distills (`distill` section)
-optimizer  -> AdamW (+ PIT retraction hook, or a Stiefel RiemannianAdam for Z: train.optim),
-              warm-up + cosine learning rate times each group's lr_scale
-loop       -> micro-batches (gradient accumulation), clipping, step, metrics,
-              validation, checkpoints; a non-finite loss stops the run before
-              the weights are touched, keeping the last good checkpoint
+A verb describes its run as a `Run`: the model's step function, the trainable parameters (in
+its `Optimizers`), the batches and their loss mask, how its weights are saved (the whole model,
+or the adapter only), what else its checkpoints hold, and an optional validation. The verbs'
+modules build it: `tying.train.run` (a training run: scratch or teacher, distillation,
+DDP/FSDP2) and `tying.update.finetune` (a LoRA update). Everything else happens here, the same
+way for both:
+
+resume     -> `restore`: optimizer state, then the weights, the random state, the data
+              position, the step and token counters
+step       -> `train_step`: micro-batches (`micro_step`: ids checked on the host against the
+              vocabulary among the positions that carry a loss, pinned non-blocking copies on
+              CUDA, DDP's no_sync but on the last), clipping, ONE host sync (loss, gradient
+              norm and the loss's parts together, before the optimizer step), a non-finite loss
+              stops the run before the weights are touched (`DivergenceError`)
+log        -> `log_step`: one metrics.jsonl row (TensorBoard mirrors it) and the progress bar
+validate   -> the run's own validation, every `eval_every` steps and at the end
+checkpoint -> `save`: atomic (`tying.train.checkpoint`), refused for non-finite weights
+
+The run folder is locked by the verb for the whole run (`tying.train.lock`).
 """
 
 from __future__ import annotations
 
 import math
-import os
-import sys
 import time
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
-from tying.config import ConfigError, save_config, to_dict
-from tying.devices import autocast_for, resolve_compile, resolve_precision
 from tying.interface.loss import check_ids
 from tying.train import checkpoint as ckpt
-from tying.train.build import TrainingSetup, build_setup
-from tying.train.config import TrainConfig, saved_train_config
-from tying.train.distill import (
-    DistillationObjective,
-    add_student_prefix,
-    load_teacher,
-    rename_optimizer_state,
-    strip_student_prefix,
-)
-from tying.train.distributed import (
-    DistInfo,
-    all_reduce_mean,
-    cleanup,
-    init_distributed,
-    unwrap,
-    wrap_model,
-)
-from tying.train.evaluate import evaluate
+from tying.train.distributed import DistInfo, all_reduce_mean
 from tying.train.metrics import MetricsLogger
-from tying.train.optim import Optimizers, optimizers_for_run
-from tying.train.schedule import learning_rate
+from tying.train.optim import Optimizers, OptimizerSettings
+
+#: Old names of this module that moved to `tying.train.run` (served with a DeprecationWarning).
+_MOVED_TO_RUN = (
+    "train",
+    "TrainResult",
+    "MODEL_KEYS",
+    "OPTIMIZER_KEYS",
+    "check_resume_compatible",
+    "autocast_context",
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED_TO_RUN:
+        from tying._compat import moved_attribute
+
+        return moved_attribute(__name__, name, "tying.train.run")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class DivergenceError(RuntimeError):
@@ -58,431 +65,450 @@ class DivergenceError(RuntimeError):
     exit_status = 1
 
 
-@dataclass
-class TrainResult:
-    """What a finished run reports."""
-
-    run_dir: Path
-    steps: int
-    tokens: int
-    final_loss: float
-    val_loss: float | None
-    elapsed_s: float
-
-    def summary(self) -> dict[str, Any]:
-        """A JSON-able dict (non-finite losses as null)."""
-        return {
-            "run_dir": str(self.run_dir),
-            "steps": self.steps,
-            "tokens": self.tokens,
-            "final_loss": self.final_loss if math.isfinite(self.final_loss) else None,
-            "val_loss": self.val_loss,
-            "elapsed_s": round(self.elapsed_s, 2),
-        }
-
-
-#: The hint of the host-side id check of every batch.
-_SHARD_MISMATCH = (
-    ": the token shards do not match this model (V={V}); tokenize the data with its tokenizer"
-)
-
-
-def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
+def to_device(batch: Tensor, device: torch.device) -> Tensor:
     """A host batch on `device`: through pinned memory and an asynchronous copy on CUDA."""
     if device.type != "cuda":
         return batch.to(device)
     return batch.pin_memory().to(device, non_blocking=True)
 
 
-def autocast_context(cfg: TrainConfig, device: torch.device) -> AbstractContextManager:
-    """bf16 autocast on the run's device, or nothing for fp32 (`precision` "auto" resolved by
-    `tying.devices.resolve_precision`)."""
-    return autocast_for(device, cfg.precision)()
+class Batches(Protocol):
+    """A resumable source of host micro-batches (`WindowSampler`, the finetune examples)."""
+
+    def next_batch(self) -> tuple[Tensor, Tensor]:
+        """(inputs, targets), both (B, T) token ids on the host."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position in the data, for a checkpoint."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a checkpoint's position."""
+        ...
 
 
-#: TrainConfig keys that fix the model and its interface: a resumed run must keep them.
-MODEL_KEYS = (
-    "preset",
-    "model",
-    "tie",
-    "t_init",
-    "pit_centre",
-    "trainable_z",
-    "pit_diag_activation",
-    "input_grad_scale",
-    "norm",
-    "tokenizer",
-    "t_scale",
-)
-#: The TrainConfig keys behind MODEL_KEYS' resolved properties (named in error messages).
-_RESOLVED_KEYS = {"trainable_z": "pit_trainable_z", "t_scale": "pit_t_scale"}
-#: TrainConfig keys that choose the optimizers whose state a checkpoint holds: a resumed run
-#: must keep them too (the learning-rate keys, lr and the pit_*_lr_scale, may change).
-OPTIMIZER_KEYS = ("pit_z_optimizer", "pit_t_optimizer")
+class RunWeights(Protocol):
+    """How a run's weights and optimizer state go into a checkpoint and come back."""
+
+    def model_state(self) -> dict[str, Tensor]:
+        """The tensors a checkpoint holds (model.safetensors), on the CPU; every rank calls it
+        (a collective under FSDP)."""
+        ...
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """The optimizers' state and parameter groups (optimizer.pt); every rank calls it."""
+        ...
+
+    def load(self, model_state: dict[str, Tensor], optimizer_state: dict[str, Any]) -> None:
+        """Restore both (the optimizer first, then the weights: they stay exactly the saved)."""
+        ...
 
 
-def _model_settings(cfg: TrainConfig) -> dict[str, Any]:
-    """The MODEL_KEYS values of a config (PIT's trainable Z resolved by mode)."""
-    return {key: getattr(cfg, key) for key in MODEL_KEYS}
+@dataclass
+class Run:
+    """What a verb gives the loop (see the module docstring).
 
-
-def check_resume_compatible(saved: TrainConfig, cfg: TrainConfig, where: Path) -> None:
-    """Raise ConfigError naming the first model/interface or optimizer setting `cfg` changes
-    from `saved` (MODEL_KEYS, OPTIMIZER_KEYS)."""
-    old, new = _model_settings(saved), _model_settings(cfg)
-    old |= {key: getattr(saved, key) for key in OPTIMIZER_KEYS}
-    new |= {key: getattr(cfg, key) for key in OPTIMIZER_KEYS}
-    for key in (*MODEL_KEYS, *OPTIMIZER_KEYS):
-        if old[key] != new[key]:
-            name = _RESOLVED_KEYS.get(key, key)
-            raise ConfigError(
-                f"cannot resume {where}: it was trained with {name}={old[key]!r}, this run asks "
-                f"for {name}={new[key]!r}; resume with the same setting, or choose another out"
-            )
-
-
-def _resume_point(cfg: TrainConfig, log: Any) -> Path | None:
-    """The newest good checkpoint to resume from (None: start), after checking the settings.
-
-    Damaged or non-finite newer checkpoints are skipped with a message; a run folder with
-    checkpoints and resume=false is refused (nothing is overwritten).
+    Attributes:
+        folder: the run folder (metrics.jsonl, checkpoints/).
+        info: this process's place in the process group.
+        forward: the step model, called as `forward(inputs, targets)` on (B, T) device ids under
+            `autocast`: the mean loss (nats per loss token), or (loss, *parts) with the parts
+            named by `loss_parts`. Compiled or eager, wrapped (DDP) or not.
+        module: the module `forward` runs (DDP's `no_sync` is taken from it).
+        parameters: the parameters whose gradients are clipped (those the optimizer trains).
+        optimizer: the optimizers of the trainable parameters.
+        batches: this process's micro-batches.
+        weights: how weights and optimizer state are saved and restored.
+        vocab_size: V: every id (among the positions that carry a loss) must be below it.
+        autocast: factory of the precision context of a forward pass.
+        ignore_index: target label of positions without a loss (the loss mask), or None.
+        id_hint: appended to the message of an out-of-vocabulary id.
+        loss_parts: names of the parts `forward` returns after the loss (e.g. "ce", "kl").
+        ddp_no_sync: skip DDP's gradient all-reduce on every micro-batch but the last.
+        data_key: trainer.json key of the data position.
+        trainer_state: more trainer.json entries (the run's configuration).
+        validate: held-out metrics of the current weights ({"val_loss", ...}), or None.
+        tracker: a gradient-path tracker (`start_step`, `finish_step() -> dict`, `close`).
+        on_checkpoint: called with each checkpoint folder written (rank 0).
+        row_extras: more metrics.jsonl entries of a step, from its `StepOutcome`.
     """
-    run_dir = Path(cfg.out)
-    if not cfg.resume:
-        if ckpt.list_checkpoints(run_dir):
-            raise ConfigError(
-                f"{run_dir} already holds checkpoints of a run: pass resume=true to continue "
-                "it, or choose another out (nothing was overwritten)"
-            )
-        return None
-    found = ckpt.checkpoint_to_resume(run_dir, log, "start again with resume=false in another out")
-    if found is None:
-        return None
-    saved = saved_train_config(
-        ckpt.read_trainer_state(found)["config"], source=str(found / "trainer.json")
-    )
-    check_resume_compatible(saved, cfg, run_dir)
-    return found
+
+    folder: Path
+    info: DistInfo
+    forward: Callable[[Tensor, Tensor], Any]
+    module: nn.Module
+    parameters: list[Tensor]
+    optimizer: Optimizers
+    batches: Batches
+    weights: RunWeights
+    vocab_size: int
+    autocast: Callable[[], AbstractContextManager]
+    ignore_index: int | None = None
+    id_hint: str = ""
+    loss_parts: tuple[str, ...] = ()
+    ddp_no_sync: bool = False
+    data_key: str = "sampler"
+    trainer_state: Callable[[], dict[str, Any]] = dict
+    validate: Callable[[], dict[str, float]] | None = None
+    tracker: Any = None
+    on_checkpoint: Callable[[Path], None] | None = None
+    row_extras: Callable[[StepOutcome], dict[str, Any]] | None = None
 
 
-def _distilling(model: nn.Module) -> bool:
-    return isinstance(model, DistillationObjective)
+@dataclass
+class LoopSettings:
+    """How long the loop runs and what it does between steps.
 
-
-def _model_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Full (unsharded) model state on CPU; a collective under FSDP.
-
-    Under distillation, the student's state alone, with its own parameter names.
+    Attributes:
+        max_steps: the last optimizer step.
+        optim: the optimizer and schedule (`OptimizerSettings`).
+        accum: micro-batches per optimizer step per process.
+        eval_every: steps between validations (0: only at the end); with `Run.validate`.
+        checkpoint_every: steps between checkpoints (0: only at the end).
+        keep_last: checkpoints kept.
+        tensorboard: also write TensorBoard event files.
+        progress: the progress bar's label, or None for no bar.
     """
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    state = get_model_state_dict(
-        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-    )
-    return strip_student_prefix(state) if _distilling(model) else state
-
-
-def _optimizer_state(model: nn.Module, optimizer: Optimizers) -> dict[str, Any]:
-    """Full state and parameter groups (lr_scale included) of every optimizer of the run."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-    state = get_optimizer_state_dict(
-        model,
-        optimizer.optimizers,
-        options=StateDictOptions(full_state_dict=True, cpu_offload=True),
-    )
-    if _distilling(model):
-        state = rename_optimizer_state(state, lambda n: n.removeprefix("student."))
-    return state
+    max_steps: int
+    optim: OptimizerSettings
+    accum: int = 1
+    eval_every: int = 0
+    checkpoint_every: int = 0
+    keep_last: int = 2
+    tensorboard: bool = False
+    progress: str | None = None
 
 
-def _load_states(model: nn.Module, optimizer: Optimizers, path: Path) -> dict[str, Any]:
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        set_model_state_dict,
-        set_optimizer_state_dict,
-    )
+@dataclass
+class LoopState:
+    """Where a run stands: the last step done, target tokens seen, seconds spent before this
+    process started (a resumed run's earlier part)."""
 
-    model_state, optim_state, trainer_state = ckpt.load_checkpoint(path)
-    if _distilling(model):
-        model_state = add_student_prefix(model_state)
-        optim_state = rename_optimizer_state(optim_state, lambda n: "student." + n)
-    options = StateDictOptions(full_state_dict=True)
-    # Optimizer first: initialising its state runs a zero-lr step, which a Riemannian
-    # optimizer ends with a retraction (a rounding-level change of Z); the model's
-    # weights are loaded after it, so they are exactly the saved ones.
-    set_optimizer_state_dict(model, optimizer.optimizers, optim_state, options=options)
-    set_model_state_dict(model, model_state, options=options)
+    step: int = 0
+    tokens: int = 0
+    elapsed_before: float = 0.0
+
+
+@dataclass
+class StepOutcome:
+    """One optimizer step, read back to the host in the step's one sync.
+
+    Attributes:
+        loss: mean loss over the global batch (nats per loss token).
+        grad_norm: global gradient norm before clipping.
+        parts: the loss's named parts (e.g. {"ce", "kl"}), means over the global batch.
+        tokens: target tokens that carried the loss, over all processes.
+        extra: the gradient-path tracker's metrics of the step.
+    """
+
+    loss: float
+    grad_norm: float
+    parts: dict[str, float] = field(default_factory=dict)
+    tokens: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LoopResult:
+    """What the loop reports.
+
+    Attributes:
+        steps: the last step done.
+        tokens: target tokens seen by the whole run.
+        final_loss: loss of the last step (nan when no step ran).
+        val_loss: the last validation loss (None: none ran).
+        elapsed_s: seconds of the whole run (a resumed run's earlier part included).
+        step_seconds: wall-clock seconds of each step this process ran.
+    """
+
+    steps: int
+    tokens: int
+    final_loss: float
+    val_loss: float | None
+    elapsed_s: float
+    step_seconds: list[float]
+
+
+# ----------------------------------------------------------------------------- resume
+def restore(run: Run, path: Path) -> LoopState:
+    """Load checkpoint `path` into the run: optimizer state, weights, random state, data position.
+
+    The optimizer's lr_scales are this run's (like lr, a resume may change them), not the
+    checkpoint's.
+    """
+    lr_scales = run.optimizer.lr_scales()
+    model_state, optimizer_state, trainer_state = ckpt.load_checkpoint(path)
+    run.weights.load(model_state, optimizer_state)
+    run.optimizer.set_lr_scales(lr_scales)
     ckpt.restore_rng(path)
-    return trainer_state
+    run.batches.load_state_dict(trainer_state[run.data_key])
+    # "answer_tokens": the name of the count in the checkpoints of tying 0.2.0's finetune
+    tokens = trainer_state.get("tokens", trainer_state.get("answer_tokens", 0))
+    return LoopState(
+        step=int(trainer_state["step"]),
+        tokens=int(tokens),
+        elapsed_before=float(trainer_state.get("elapsed_s", 0.0)),
+    )
 
 
-def _record_conversion(model: nn.Module, run_dir: Path, logger: MetricsLogger) -> None:
-    """Teacher mode: conversion.json (the ConversionReport) and a step-0 row with its KL."""
-    import json
-
-    hf_model = getattr(model, "hf_model", None)
-    if hf_model is None:
-        return
-    from tying.hf import conversion_report
-
-    report = conversion_report(hf_model)
-    if report is None:
-        return
-    (run_dir / "conversion.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
-    if report.step0 is not None:
-        logger.log(
-            {
-                "step": 0,
-                "tokens": 0,
-                "step0_kl": report.step0["kl"],
-                "step0_loss": report.step0["loss"],
-                "step0_teacher_loss": report.step0["teacher_loss"],
-            }
-        )
+def metrics_logger(run: Run, settings: LoopSettings, resumed: LoopState | None) -> MetricsLogger:
+    """metrics.jsonl of the run (rows after a resumed checkpoint's step dropped)."""
+    return MetricsLogger(
+        run.folder,
+        resume_step=resumed.step if resumed is not None else None,
+        tensorboard=settings.tensorboard,
+    )
 
 
-def train(cfg: TrainConfig, setup: TrainingSetup | None = None) -> TrainResult:
-    """Run (or resume) one training run as configured; returns its summary.
+# ----------------------------------------------------------------------------- step
+def micro_step(
+    run: Run, inputs: Tensor, targets: Tensor, accum: int, sync: bool
+) -> tuple[Tensor, list[Tensor]]:
+    """Forward and backward of one micro-batch; returns the detached (loss, parts) on the device.
+
+    Ids are checked on the host (no sync in the forward), then copied (pinned, non-blocking
+    on CUDA). The gradient is that of loss / `accum`; `sync` False skips DDP's all-reduce.
+    """
+    valid = None if run.ignore_index is None else targets != run.ignore_index
+    check_ids(inputs, run.vocab_size, "token id", run.id_hint)
+    check_ids(targets, run.vocab_size, "token id", run.id_hint, valid=valid)
+    device = run.info.device
+    inputs, targets = to_device(inputs, device), to_device(targets, device)
+    no_sync = run.module.no_sync() if run.ddp_no_sync and not sync else nullcontext()
+    with no_sync, run.autocast():
+        out = run.forward(inputs, targets)
+    loss, *parts = out if isinstance(out, tuple) else (out,)
+    (loss / accum).backward()
+    return loss.detach().float(), [p.detach().float() for p in parts]
+
+
+def _loss_tokens(targets: Tensor, ignore_index: int | None) -> int:
+    """Positions of a host batch that carry a loss."""
+    return targets.numel() if ignore_index is None else int((targets != ignore_index).sum())
+
+
+def train_step(run: Run, settings: LoopSettings, step: int) -> StepOutcome:
+    """One optimizer step: micro-batches, clipping, the step's one host sync, the update.
 
     Raises:
-        DivergenceError: the loss became non-finite (the last good checkpoint is kept).
-        ConfigError: inconsistent settings (batch sizes, existing run folder, ...).
+        DivergenceError: the loss is NaN or Inf (the weights were not updated; the gradients
+            are dropped).
     """
-    # ------------------------------------------------------------------ setup
-    info = init_distributed()
-    deterministic_before = torch.are_deterministic_algorithms_enabled()
-    try:
-        return _train(cfg, info, setup)
-    finally:
-        torch.use_deterministic_algorithms(deterministic_before)
-        cleanup(info)
-
-
-def _log(message: str) -> None:
-    print(f"tying train: {message}", file=sys.stderr, flush=True)
-
-
-def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> TrainResult:
-    accum = cfg.grad_accum_steps(info.world_size)
-    run_dir = Path(cfg.out)
-    resume_from = _resume_point(cfg, _log if info.is_main else lambda _: None)
-
-    # ------------------------------------------------------------------ data + model
-    torch.manual_seed(cfg.seed)
-    if cfg.deterministic:
-        if info.device.type == "cuda":
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=True)
-    setup = setup or build_setup(cfg, info, calibrate=resume_from is None)
-    if info.is_main:  # written only now: the data, tokenizer and model were built without error
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, run_dir / "config.yaml")
-    model = setup.model.to(info.device)
-    interface = unwrap(model).interface
-    sampler = setup.sampler
-
-    objective: nn.Module = model
-    if cfg.distill.enabled:
-        teacher = load_teacher(cfg.distill, cfg.model).to(info.device)
-        objective = DistillationObjective(
-            model,
-            teacher,
-            cfg.distill.alpha,
-            cfg.distill.temperature,
-            teacher_autocast=resolve_precision(cfg.precision, info.device) == "bf16",
-        )
-
-    # ------------------------------------------------------------------ optimizer
-    wrapped = wrap_model(objective, info, cfg.distributed)
-    # the student's parameters only (a distilling objective also holds the frozen teacher)
-    optimizer = optimizers_for_run(model, cfg)
-    compiled = resolve_compile(cfg.compile, info.device, hooks=cfg.track_gradient_paths)
-    step_model = torch.compile(wrapped) if compiled else wrapped
-    vocab_size = interface.vocab_size
-
-    start_step, tokens_seen, elapsed_before = 0, 0, 0.0
-    if resume_from is not None:
-        lr_scales = optimizer.lr_scales()
-        state = _load_states(unwrap(wrapped), optimizer, resume_from)
-        optimizer.set_lr_scales(lr_scales)  # this run's, like lr: a resume may change them
-        start_step, tokens_seen = state["step"], state["tokens"]
-        elapsed_before = state.get("elapsed_s", 0.0)
-        sampler.load_state_dict(state["sampler"])
-        if info.is_main:
-            _log(f"resuming from step {start_step} ({resume_from})")
-    # After loading: restoring optimizer state runs a zero-lr step, which must not retract Z.
-    # A Riemannian optimizer retracts Z itself; AdamW needs the hook.
-    if getattr(interface, "trainable_z", False) and cfg.pit_z_optimizer == "adamw":
-        interface.attach_retraction(optimizer.optimizer_of(interface.z))
-    logger = (
-        MetricsLogger(
-            run_dir, resume_step=start_step if resume_from else None, tensorboard=cfg.tensorboard
-        )
-        if info.is_main
-        else None
+    device, accum = run.info.device, settings.accum
+    if run.tracker is not None:
+        run.tracker.start_step()
+    loss_sum = torch.zeros((), device=device)
+    parts_sum = torch.zeros(len(run.loss_parts), device=device)
+    tokens = 0
+    for micro in range(accum):
+        inputs, targets = run.batches.next_batch()
+        tokens += _loss_tokens(targets, run.ignore_index)
+        loss, parts = micro_step(run, inputs, targets, accum, sync=micro == accum - 1)
+        loss_sum += loss
+        if parts:
+            parts_sum += torch.stack(parts)
+    extra = run.tracker.finish_step() if run.tracker is not None else {}
+    norm = torch.nn.utils.clip_grad_norm_(run.parameters, settings.optim.max_norm)
+    if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor (the global norm on every rank)
+        norm = norm.full_tensor()
+    # The step's one host sync: loss, gradient norm and the loss's parts together.
+    means = all_reduce_mean(torch.cat([(loss_sum / accum).reshape(1), parts_sum / accum]), run.info)
+    values = torch.cat([means, norm.detach().float().reshape(1).to(means.device)]).tolist()
+    loss_value, *part_values, grad_norm = values
+    if not math.isfinite(loss_value):
+        run.optimizer.zero_grad(set_to_none=True)
+        raise _NonFiniteLossError(loss_value)
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    return StepOutcome(
+        loss=loss_value,
+        grad_norm=grad_norm,
+        parts=dict(zip(run.loss_parts, part_values, strict=True)),
+        tokens=tokens * run.info.world_size,
+        extra=extra,
     )
-    tracker = setup.make_tracker(interface) if cfg.track_gradient_paths else None
-    if logger is not None and resume_from is None:
-        _record_conversion(model, run_dir, logger)
 
-    def save(step: int) -> None:
-        model_state = _model_state(unwrap(wrapped))
-        bad = ckpt.nonfinite_tensors(model_state)
-        if bad:  # never write a poisoned checkpoint that a resume would trust
-            last, _ = ckpt.latest_good_checkpoint(run_dir)
-            raise DivergenceError(
-                f"the weights became non-finite at step {step} ({bad[0]}); no checkpoint was "
-                "written. "
-                + (f"Last good checkpoint: {last}." if last else "No checkpoint was written yet.")
-                + " Lower lr or use precision=fp32, then resume=true."
-            )
-        optim_state = _optimizer_state(unwrap(wrapped), optimizer)
-        if info.is_main:
-            trainer_state = {
-                "tokens": tokens_seen,
-                "elapsed_s": elapsed_before + (time.perf_counter() - t_start),
-                "sampler": sampler.state_dict(),
-                "config": to_dict(cfg),
+
+class _NonFiniteLossError(Exception):
+    """train_step's signal to the loop: the step's loss was not finite."""
+
+    def __init__(self, loss: float) -> None:
+        super().__init__(loss)
+        self.loss = loss
+
+
+def _last_good(run: Run) -> str:
+    last, _ = ckpt.latest_good_checkpoint(run.folder)
+    return f"Last good checkpoint: {last}." if last else "No checkpoint was written yet."
+
+
+def divergence(run: Run, step: int, loss: float, logger: MetricsLogger | None) -> DivergenceError:
+    """The error of a non-finite loss at `step` (logged as {"event": "diverged"})."""
+    if logger is not None:
+        logger.log({"step": step, "event": "diverged", "loss": loss})
+    return DivergenceError(
+        f"the loss became {loss} at step {step}; the weights were not updated. {_last_good(run)}"
+        " Lower lr, raise warmup_steps, or use precision=fp32, then resume."
+    )
+
+
+# ----------------------------------------------------------------------------- log
+def log_step(
+    run: Run,
+    logger: MetricsLogger | None,
+    progress: Any,
+    step: int,
+    lr: float,
+    outcome: StepOutcome,
+    totals: LoopState,
+    seconds: float,
+    elapsed: float,
+) -> None:
+    """One metrics.jsonl row of a step (rank 0) and the progress bar's update."""
+    if logger is not None:
+        logger.log(
+            {
+                "step": step,
+                "tokens": totals.tokens,
+                "loss": outcome.loss,
+                "lr": lr,
+                "grad_norm": outcome.grad_norm,
+                "tokens_per_s": outcome.tokens / seconds,
+                "step_s": seconds,
+                "elapsed_s": elapsed,
+                **outcome.parts,
+                **outcome.extra,
+                **(run.row_extras(outcome) if run.row_extras is not None else {}),
             }
-            path = ckpt.save_checkpoint(
-                run_dir, step, model_state, optim_state, trainer_state, cfg.keep_last
-            )
-            save_config(cfg, path / "config.yaml")
-
-    def validate(step: int) -> float | None:
-        if setup.val_store is None:
-            return None
-        result = evaluate(
-            wrapped,  # eager: a compiled model would compile its eval-mode graph once more
-            setup.val_store,
-            seq_len=cfg.seq_len,
-            batch_size=cfg.micro_batch_size,
-            max_tokens=cfg.eval_tokens,
-            autocast=lambda: autocast_context(cfg, info.device),
-            device=info.device,
         )
-        if logger is not None:
-            logger.log(
-                {
-                    "step": step,
-                    "tokens": tokens_seen,
-                    "val_loss": result["loss"],
-                    "val_ppl": result["ppl"],
-                }
-            )
-        return result["loss"]
+    if progress is not None:
+        progress.update(1)
+        progress.set_postfix(loss=f"{outcome.loss:.3f}", lr=f"{lr:.2e}")
 
-    # ------------------------------------------------------------------ loop
-    progress = None
-    if info.is_main and cfg.progress:
+
+@contextmanager
+def progress_bar(settings: LoopSettings, start: int, main: bool) -> Iterator[Any]:
+    """A tqdm bar over the steps (rank 0, when `settings.progress` names one), closed after."""
+    bar = None
+    if main and settings.progress is not None:
         from tqdm.auto import tqdm
 
-        progress = tqdm(
-            total=cfg.max_steps, initial=start_step, desc=f"train {cfg.tie}", unit="step"
-        )
-    t_start = time.perf_counter()
-    last_loss, val_loss = float("nan"), None
-    step = start_step
+        bar = tqdm(total=settings.max_steps, initial=start, desc=settings.progress, unit="step")
     try:
-        for step in range(start_step + 1, cfg.max_steps + 1):
-            t0 = time.perf_counter()
-            lr = learning_rate(
-                step,
-                lr=cfg.lr,
-                warmup_steps=cfg.warmup_steps,
-                max_steps=cfg.max_steps,
-                min_lr_ratio=cfg.min_lr_ratio,
-            )
-            optimizer.set_lr(lr)
-            if tracker is not None:
-                tracker.start_step()
-            loss_sum = torch.zeros((), device=info.device)
-            parts_sum = torch.zeros(2, device=info.device)
-            for micro in range(accum):
-                inputs, targets = sampler.next_batch()
-                for ids in (inputs, targets):  # on the host: no sync in the forward
-                    check_ids(ids, vocab_size, "token id", _SHARD_MISMATCH.format(V=vocab_size))
-                inputs, targets = to_device(inputs, info.device), to_device(targets, info.device)
-                sync = micro == accum - 1 or not (info.enabled and cfg.distributed == "ddp")
-                with (
-                    nullcontext() if sync else wrapped.no_sync(),
-                    autocast_context(cfg, info.device),
-                ):
-                    out = step_model(inputs, targets)
-                if cfg.distill.enabled:
-                    loss, ce, kl = out
-                    parts_sum += torch.stack([ce.detach().float(), kl.detach().float()])
-                else:
-                    loss = out
-                (loss / accum).backward()
-                loss_sum += loss.detach().float()
-            extra = tracker.finish_step() if tracker is not None else {}
-            max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
-            norm = torch.nn.utils.clip_grad_norm_(unwrap(wrapped).parameters(), max_norm)
-            if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor (the global norm on every rank)
-                norm = norm.full_tensor()
-            # The step's one host sync: loss, gradient norm and (distilling) CE and KL together.
-            means = all_reduce_mean(
-                torch.cat([(loss_sum / accum).reshape(1), parts_sum / accum]), info
-            )
-            step_loss, ce_mean, kl_mean, grad_norm = torch.cat(
-                [means, norm.detach().float().reshape(1).to(means.device)]
-            ).tolist()
-            extra_parts = {"ce": ce_mean, "kl": kl_mean} if cfg.distill.enabled else {}
-            if not math.isfinite(step_loss):
-                optimizer.zero_grad(set_to_none=True)
-                last, _ = ckpt.latest_good_checkpoint(run_dir)
-                if logger is not None:
-                    logger.log({"step": step, "event": "diverged", "loss": step_loss})
-                raise DivergenceError(
-                    f"the loss became {step_loss} at step {step}; the weights were not updated. "
-                    + (
-                        f"Last good checkpoint: {last}."
-                        if last
-                        else "No checkpoint was written yet."
-                    )
-                    + " Lower lr, raise warmup_steps, or use precision=fp32, then resume=true."
-                )
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            tokens_seen += cfg.global_batch_tokens
-            dt = time.perf_counter() - t0
-            last_loss = step_loss
-            if logger is not None:
-                logger.log(
-                    {
-                        "step": step,
-                        "tokens": tokens_seen,
-                        "loss": step_loss,
-                        "lr": lr,
-                        "grad_norm": grad_norm,
-                        "tokens_per_s": cfg.global_batch_tokens / dt,
-                        "elapsed_s": elapsed_before + time.perf_counter() - t_start,
-                        **extra_parts,
-                        **extra,
-                    }
-                )
-            if progress is not None:
-                progress.update(1)
-                progress.set_postfix(loss=f"{step_loss:.3f}", lr=f"{lr:.2e}")
-            final = step == cfg.max_steps
-            if (cfg.eval_every and step % cfg.eval_every == 0) or final:
-                val_loss = validate(step)
-            if (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or final:
-                save(step)
+        yield bar
     finally:
-        if progress is not None:
-            progress.close()
+        if bar is not None:
+            bar.close()
+
+
+# ----------------------------------------------------------------------------- checkpoint
+def save(run: Run, settings: LoopSettings, step: int, totals: LoopState, elapsed: float) -> None:
+    """Checkpoint `step` (every rank gathers the state, rank 0 writes it).
+
+    Raises:
+        DivergenceError: the weights hold NaN or Inf (nothing is written: a resume would trust it).
+    """
+    model_state = run.weights.model_state()
+    bad = ckpt.nonfinite_tensors(model_state)
+    if bad:
+        raise DivergenceError(
+            f"the weights became non-finite at step {step} ({bad[0]}); no checkpoint was "
+            f"written. {_last_good(run)} Lower lr or use precision=fp32, then resume."
+        )
+    optimizer_state = run.weights.optimizer_state()
+    if not run.info.is_main:
+        return
+    trainer_state = {
+        "tokens": totals.tokens,
+        "elapsed_s": elapsed,
+        run.data_key: run.batches.state_dict(),
+        **run.trainer_state(),
+    }
+    path = ckpt.save_checkpoint(
+        run.folder, step, model_state, optimizer_state, trainer_state, settings.keep_last
+    )
+    if run.on_checkpoint is not None:
+        run.on_checkpoint(path)
+
+
+def _due(step: int, every: int, final: bool) -> bool:
+    return final or bool(every and step % every == 0)
+
+
+def validate(run: Run, logger: MetricsLogger | None, step: int, tokens: int) -> float | None:
+    """The run's validation, logged as a row of its own; its `val_loss` (None: no validation)."""
+    if run.validate is None:
+        return None
+    result = run.validate()
+    if logger is not None:
+        logger.log({"step": step, "tokens": tokens, **result})
+    return result.get("val_loss")
+
+
+# ----------------------------------------------------------------------------- loop
+def run_loop(
+    run: Run, settings: LoopSettings, start: LoopState, logger: MetricsLogger | None
+) -> LoopResult:
+    """Steps `start.step + 1` to `settings.max_steps` (see the module docstring).
+
+    Args:
+        run: the verb's run.
+        settings: steps, schedule, validation and checkpoint cadence.
+        start: where the run stands (after `restore`, or a fresh `LoopState`).
+        logger: metrics.jsonl (rank 0; None on the other ranks); closed at the end.
+
+    Raises:
+        DivergenceError: a non-finite loss (the weights were not updated) or non-finite weights
+            at a checkpoint; the last good checkpoint is kept.
+    """
+    totals = LoopState(start.step, start.tokens, start.elapsed_before)
+    t_start = time.perf_counter()
+    last_loss, val_loss, step_seconds = float("nan"), None, []
+
+    def elapsed() -> float:
+        return start.elapsed_before + time.perf_counter() - t_start
+
+    try:
+        with progress_bar(settings, start.step, run.info.is_main) as bar:
+            for step in range(start.step + 1, settings.max_steps + 1):
+                t0 = time.perf_counter()
+                lr = settings.optim.lr_at(step, settings.max_steps)
+                run.optimizer.set_lr(lr)
+                try:
+                    outcome = train_step(run, settings, step)
+                except _NonFiniteLossError as e:
+                    raise divergence(run, step, e.loss, logger) from None
+                totals.step, totals.tokens = step, totals.tokens + outcome.tokens
+                seconds = time.perf_counter() - t0
+                step_seconds.append(seconds)
+                last_loss = outcome.loss
+                log_step(run, logger, bar, step, lr, outcome, totals, seconds, elapsed())
+                final = step == settings.max_steps
+                if run.validate is not None and _due(step, settings.eval_every, final):
+                    val_loss = validate(run, logger, step, totals.tokens)
+                if _due(step, settings.checkpoint_every, final):
+                    save(run, settings, step, totals, elapsed())
+    finally:
         if logger is not None:
             logger.close()
-        if tracker is not None:
-            tracker.close()
-    return TrainResult(
-        run_dir=run_dir,
-        steps=step,
-        tokens=tokens_seen,
+        if run.tracker is not None:
+            run.tracker.close()
+    return LoopResult(
+        steps=totals.step,
+        tokens=totals.tokens,
         final_loss=last_loss,
         val_loss=val_loss,
-        elapsed_s=elapsed_before + time.perf_counter() - t_start,
+        elapsed_s=elapsed(),
+        step_seconds=step_seconds,
     )
+
+
+def parameters_of(modules: Iterable[nn.Module]) -> list[Tensor]:
+    """Every parameter of `modules`, each once, in order."""
+    seen: dict[int, Tensor] = {}
+    for module in modules:
+        for p in module.parameters():
+            seen.setdefault(id(p), p)
+    return list(seen.values())

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -41,6 +42,90 @@ from tying.config import ConfigError
 from tying.interface.linalg import polar_retraction
 from tying.interface.pit import PseudoInverseTying
 from tying.train.config import ENTRY_SIZE, T_OPTIMIZERS, Z_OPTIMIZERS, TrainConfig
+from tying.train.schedule import learning_rate
+
+#: The keys of `OptimizerSettings`: `TrainConfig` and `FinetuneOptions` both carry them (flat
+#: keys of their verbs, with each verb's own defaults).
+OPTIMIZER_SETTINGS = (
+    "lr",
+    "min_lr_ratio",
+    "warmup_steps",
+    "weight_decay",
+    "beta1",
+    "beta2",
+    "grad_clip",
+)
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """The optimizer and schedule of a run, whichever verb runs it (`tying.train.loop`).
+
+    AdamW with (beta1, beta2) and decoupled weight decay on the `decay` group, the learning rate
+    warmed up linearly for `warmup_steps`, then a cosine to lr × min_lr_ratio at `max_steps`
+    (`tying.train.schedule.learning_rate`), times each group's lr_scale; gradients clipped to a
+    global norm of `grad_clip` (0: not clipped).
+
+    Attributes:
+        lr: peak learning rate.
+        min_lr_ratio: final learning rate of the cosine decay, as a fraction of lr.
+        warmup_steps: steps of linear warm-up.
+        weight_decay: AdamW's decoupled decay of the `decay` group.
+        beta1: AdamW first-moment decay.
+        beta2: AdamW second-moment decay.
+        grad_clip: maximum global gradient norm (0 = no clipping).
+    """
+
+    lr: float
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    grad_clip: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"lr must be a positive number, got {self.lr}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ConfigError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        for name in ("weight_decay", "grad_clip"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("beta1", "beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+
+    @classmethod
+    def of(cls, options: Any) -> OptimizerSettings:
+        """The settings of a verb's options (`TrainConfig`, `FinetuneOptions`: the same keys).
+
+        Raises:
+            ConfigError: a value out of range (named).
+        """
+        return cls(**{key: getattr(options, key) for key in OPTIMIZER_SETTINGS})
+
+    @property
+    def betas(self) -> tuple[float, float]:
+        """Adam's (β1, β2)."""
+        return (self.beta1, self.beta2)
+
+    @property
+    def max_norm(self) -> float:
+        """The clipping norm (inf: no clipping)."""
+        return self.grad_clip if self.grad_clip > 0 else float("inf")
+
+    def lr_at(self, step: int, max_steps: int) -> float:
+        """The scheduled learning rate of optimizer step `step` (1-based) of `max_steps`."""
+        return learning_rate(
+            step,
+            lr=self.lr,
+            warmup_steps=self.warmup_steps,
+            max_steps=max_steps,
+            min_lr_ratio=self.min_lr_ratio,
+        )
 
 
 def z_lr_scale(

@@ -3,7 +3,7 @@
 Modules: `data` (training examples of MBPP, GSM8K or a JSONL file; tokenization with the prompt
 masked; a seeded, resumable order), `lora` (peft's LoRA on the model, the token interface frozen
 or, with train_interface, trained off its manifold tensors), `finetune` (`FinetuneOptions`,
-`finetune`: the loop, checkpoints, resume, the adapter folder). Adapter files and the record of
+`finetune`: the update as a run of `tying.train.loop`, the adapter folder). Adapter files and the record of
 the base model live in `tying.adapters`; docs/updates.md describes all of it.
 """
 

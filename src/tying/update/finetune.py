@@ -2,23 +2,30 @@
 
     result = finetune(FinetuneOptions(spec="smollm2", task="mbpp", out="runs/mbpp", max_steps=100))
 
-setup      -> options checked, training examples read and tokenized, the base model loaded
+The update is a run of the training loop (`tying.train.loop`): the same resume, optimizer
+settings, step, progress bar and metrics.jsonl as `tying train`, with its own trainable
+parameters, loss mask and data:
+
+setup      -> options checked, the output folder locked (`tying.train.lock`), resume point;
+              training examples read and tokenized, the base model loaded
               (`tying.loader.load_any`) and recorded (`tying.adapters.base_record`), all before
-              anything is written; resume point
+              anything is written
 model      -> LoRA through peft (`tying.update.lora.add_lora`) on the transformers causal LM
               behind the model; the token interface frozen unless train_interface
-optimizer  -> AdamW on the trainable tensors, linear warm-up then cosine decay
-loop       -> one batch of examples per step (seeded order), loss = mean cross-entropy of the
-              answer tokens (nats/token; prompt and padding masked with -100), gradient
-              clipping, metrics.jsonl, checkpoints (atomic: adapter tensors, optimizer, RNG,
-              data position), progress bar
+optimizer  -> the training run's AdamW groups (`tying.train.optim.build_optimizers`) over the
+              trainable tensors, linear warm-up then cosine decay (`OptimizerSettings`)
+loop       -> `tying.train.loop.run_loop`: one batch of examples per step (seeded order), loss =
+              mean cross-entropy of the answer tokens (nats/token; prompt and padding masked
+              with -100), gradient clipping, metrics.jsonl, checkpoints (atomic: adapter
+              tensors, optimizer, RNG, data position), progress bar
 end        -> the adapter (peft's save_pretrained: adapter_model.safetensors and
               adapter_config.json), tying_adapter.json (its base model), interface.safetensors
               (train_interface only) and finetune.json, all in DIR
 
-A killed run continued with `resume` repeats the losses of an uninterrupted run exactly (same
-machine and thread count): the checkpoint holds the adapter and interface tensors, AdamW's
-state, the torch random state (LoRA dropout) and the position in the seeded example order.
+A killed run continued with `resume` repeats the losses and the final adapter of an
+uninterrupted run exactly (same machine and thread count; tested with SIGKILL): the checkpoint
+holds the adapter and interface tensors, AdamW's state, the torch random state (LoRA dropout)
+and the position in the seeded example order.
 """
 
 from __future__ import annotations
@@ -27,7 +34,6 @@ import math
 import os
 import shutil
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,10 +54,27 @@ from tying.config import ConfigError, from_dict, positional, to_dict
 from tying.devices import autocast_for, resolve_device, resolve_precision
 from tying.loader import load_any
 from tying.train import checkpoint as ckpt
-from tying.train.loop import DivergenceError
-from tying.train.metrics import MetricsLogger
-from tying.train.schedule import learning_rate
-from tying.update.data import ExampleOrder, collate, load_examples, tokenize_examples
+from tying.train.distributed import DistInfo
+from tying.train.lock import LOCK_FILE, locked_run_folder
+from tying.train.loop import (
+    LoopResult,
+    LoopSettings,
+    LoopState,
+    Run,
+    metrics_logger,
+    restore,
+    run_loop,
+)
+from tying.train.optim import Optimizers, OptimizerSettings, build_optimizers
+from tying.train.run import TrainWeights
+from tying.update.data import (
+    IGNORE_INDEX,
+    ExampleOrder,
+    TokenizedSet,
+    collate,
+    load_examples,
+    tokenize_examples,
+)
 from tying.update.lora import add_lora, trainable_parameters
 
 #: Summary of a finished run, in the output folder.
@@ -168,7 +191,8 @@ class FinetuneResult:
 
 
 def check_options(options: FinetuneOptions) -> None:
-    """Validate the options that need no file or model.
+    """Validate the options that need no file or model (the optimizer's keys:
+    `tying.train.optim.OptimizerSettings`).
 
     Raises:
         ValueError: what is wrong, in one line.
@@ -188,19 +212,13 @@ def check_options(options: FinetuneOptions) -> None:
         )
     if options.max_seq_len < 2:
         raise ValueError(f"--max-seq-len must be >= 2 tokens, got {options.max_seq_len}")
-    if not (options.lr > 0 and math.isfinite(options.lr)):
-        raise ValueError(f"--lr must be a positive number, got {options.lr}")
+    OptimizerSettings.of(options)
     if not options.alpha > 0:
         raise ValueError(f"--alpha must be > 0, got {options.alpha}")
     if not 0.0 <= options.dropout < 1.0:
         raise ValueError(f"--dropout must be in [0, 1), got {options.dropout}")
-    for name in ("warmup_steps", "checkpoint_every"):
-        if getattr(options, name) < 0:
-            raise ValueError(f"{name} must be >= 0, got {getattr(options, name)}")
-    if not 0.0 <= options.min_lr_ratio <= 1.0:
-        raise ValueError(f"min_lr_ratio must be in [0, 1], got {options.min_lr_ratio}")
-    if options.grad_clip < 0 or options.weight_decay < 0:
-        raise ValueError("grad_clip and weight_decay must be >= 0")
+    if options.checkpoint_every < 0:
+        raise ValueError(f"checkpoint_every must be >= 0, got {options.checkpoint_every}")
     if options.target_modules is not None and not options.target_modules:
         raise ValueError("--target-modules needs at least one module name")
     resolve_precision(options.precision)
@@ -210,17 +228,17 @@ def _log(message: str) -> None:
     print(f"tying finetune: {message}", file=sys.stderr, flush=True)
 
 
-def _resume_point(options: FinetuneOptions, out: Path) -> Path | None:
+def _resume_point(options: FinetuneOptions, out: Path, log: Callable[[str], None]) -> Path | None:
     """The checkpoint to continue from (None: start), after checking the settings; refuses an
-    output folder that holds files unless resume."""
+    output folder that holds files unless resume (its lock file aside)."""
     if not options.resume:
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if out.exists() and (not out.is_dir() or any(p.name != LOCK_FILE for p in out.iterdir())):
             raise FileExistsError(
                 f"{out} is not empty: pass --resume to continue the run in it, or choose "
                 "another --out (nothing was overwritten)"
             )
         return None
-    found = ckpt.checkpoint_to_resume(out, _log, "start again in another --out")
+    found = ckpt.checkpoint_to_resume(out, log, "start again in another --out")
     if found is None:
         return None
     saved = from_dict(
@@ -236,6 +254,70 @@ def _resume_point(options: FinetuneOptions, out: Path) -> Path | None:
                 "choose another --out"
             )
     return found
+
+
+class ExampleBatches:
+    """The finetune data as the loop's batches: `batch_size` examples per step in the seeded
+    `ExampleOrder`, collated with the prompt and padding masked (-100).
+
+    Args:
+        data: the tokenized examples.
+        order: their seeded order (its position is the checkpoint's "order").
+        batch_size: examples per step.
+        pad_id: the padding token of the inputs.
+    """
+
+    def __init__(
+        self, data: TokenizedSet, order: ExampleOrder, batch_size: int, pad_id: int
+    ) -> None:
+        self.data, self.order, self.batch_size, self.pad_id = data, order, batch_size, pad_id
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = [self.data.examples[i] for i in self.order.next_batch(self.batch_size)]
+        return collate(batch, pad_id=self.pad_id)
+
+    def state_dict(self) -> dict[str, int]:
+        return self.order.state_dict()
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.order.load_state_dict(state)
+
+
+class AdapterWeights(TrainWeights):
+    """A LoRA run's checkpoint: the adapter tensors and the trained interface tensors only (not
+    the base model), with the optimizer state of the training run's format.
+
+    Args:
+        model: the model holding the LoRA layers (the optimizer state's parameter names).
+        optimizer: the run's optimizers.
+        peft_model: peft's model (its adapter state dict).
+        interface: the trained interface parameters by name.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: Optimizers,
+        peft_model: Any,
+        interface: dict[str, torch.nn.Parameter],
+    ) -> None:
+        super().__init__(model, optimizer)
+        self.peft_model, self.interface = peft_model, interface
+
+    def model_state(self) -> dict[str, torch.Tensor]:
+        return _adapter_state(self.peft_model, self.interface)
+
+    def load(self, model_state: dict[str, torch.Tensor], optimizer_state: dict[str, Any]) -> None:
+        groups = optimizer_state.get("param_groups", [])
+        if any(isinstance(p, int) for g in groups for p in g.get("params", [])):
+            raise ConfigError(
+                "this checkpoint was written by an older tying finetune, whose optimizer state "
+                "cannot be resumed; start again in another --out"
+            )
+        super().load(model_state, optimizer_state)
+
+    def load_model(self, model_state: dict[str, torch.Tensor]) -> None:
+        _load_adapter_state(self.peft_model, self.interface, model_state)
 
 
 def _adapter_state(peft_model: Any, interface: dict[str, torch.Tensor]) -> dict[str, Any]:
@@ -286,21 +368,47 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def finetune(options: FinetuneOptions, log: Callable[[str], None] = _log) -> FinetuneResult:
-    """Train a LoRA adapter of `options.spec` on `options.task` (see the module docstring).
+@dataclass
+class _Update:
+    """A LoRA update prepared by `_prepare` (nothing written yet).
+
+    Attributes:
+        loaded: the base model as loaded (its `model` now holds the LoRA layers).
+        data: the tokenized training examples.
+        peft_model: peft's model around the base's causal LM.
+        record: the base model's record (`tying.adapters.base_record`).
+        targets: the adapted module names.
+        adapted: how many modules LoRA adapts.
+        interface_names: the trained interface parameters' names.
+        interface_params: those parameters by name.
+        trainable: (name, parameter) of every trained tensor.
+        device: where the model runs.
+        precision: "bf16" or "fp32".
+        max_steps: the run's steps.
+        steps_per_epoch: steps of one pass over the examples.
+    """
+
+    loaded: Any
+    data: TokenizedSet
+    peft_model: Any
+    record: dict[str, Any]
+    targets: list[str]
+    adapted: list[str]
+    interface_names: list[str]
+    interface_params: dict[str, torch.nn.Parameter]
+    trainable: list[tuple[str, torch.nn.Parameter]]
+    device: torch.device
+    precision: str
+    max_steps: int
+    steps_per_epoch: int
+
+
+def _prepare(options: FinetuneOptions) -> _Update:
+    """Examples read and tokenized, the base model loaded, recorded and given its LoRA layers.
 
     Raises:
-        ValueError / FileNotFoundError: bad options, a missing or malformed task file, an
-            unknown task, a model without a tokenizer, a module name LoRA cannot adapt
-            (nothing is written).
-        FileExistsError: a non-empty `out` without resume.
-        ConfigError: a resume with other model or data settings.
-        DivergenceError: the loss became NaN or Inf (the last good checkpoint is kept).
+        ValueError / FileNotFoundError: see `finetune`.
     """
-    # ------------------------------------------------------------------ setup (nothing written)
-    check_options(options)
-    out = Path(options.out).expanduser()
-    resume_from = _resume_point(options, out)
     examples = load_examples(options.task)
     device = resolve_device(options.device)
     precision = resolve_precision(options.precision, device)
@@ -331,176 +439,166 @@ def finetune(options: FinetuneOptions, log: Callable[[str], None] = _log) -> Fin
         train_interface=options.train_interface,
     )
     peft_model.to(device)
-    named = trainable_parameters(peft_model)
-    interface_params = dict(_interface_params(peft_model, interface_names))
     steps_per_epoch = math.ceil(len(data.examples) / options.batch_size)
-    max_steps = (
-        options.max_steps if options.max_steps is not None else options.epochs * steps_per_epoch
+    return _Update(
+        loaded=loaded,
+        data=data,
+        peft_model=peft_model,
+        record=record,
+        targets=targets,
+        adapted=adapted,
+        interface_names=interface_names,
+        interface_params=dict(_interface_params(peft_model, interface_names)),
+        trainable=trainable_parameters(peft_model),
+        device=device,
+        precision=precision,
+        max_steps=(
+            options.max_steps if options.max_steps is not None else options.epochs * steps_per_epoch
+        ),
+        steps_per_epoch=steps_per_epoch,
     )
-    optimizer = torch.optim.AdamW(
-        [p for _, p in named],
-        lr=options.lr,
-        betas=(options.beta1, options.beta2),
-        weight_decay=options.weight_decay,
-    )
-    order = ExampleOrder(len(data.examples), options.seed)
 
-    start_step, answer_tokens, elapsed_before = 0, 0, 0.0
+
+def _build_run(options: FinetuneOptions, update: _Update, out: Path) -> Run:
+    """The update as a run of the training loop: LoRA (and interface) tensors trained by the
+    training run's AdamW groups, the answer tokens' loss, the examples' batches."""
+    model = update.loaded.model  # the Decoder / HFCausalLM, now holding the LoRA layers
+    settings = OptimizerSettings.of(options)
+    optimizer = build_optimizers(
+        model, lr=settings.lr, weight_decay=settings.weight_decay, betas=settings.betas
+    )
+    order = ExampleOrder(len(update.data.examples), options.seed)
+    trained = [p for _, p in update.trainable]
+    if {id(p) for p in trained} != {id(p) for g in optimizer.param_groups for p in g["params"]}:
+        raise RuntimeError("the optimizer's parameters are not the adapter's trainable tensors")
+    return Run(
+        folder=out,
+        info=DistInfo(rank=0, world_size=1, local_rank=0, device=update.device),
+        forward=lambda inputs, targets: answer_loss(model, inputs, targets),
+        module=update.peft_model,
+        parameters=trained,
+        optimizer=optimizer,
+        batches=ExampleBatches(
+            update.data, order, options.batch_size, update.loaded.tokenizer.eos_id
+        ),
+        weights=AdapterWeights(model, optimizer, update.peft_model, update.interface_params),
+        vocab_size=model.interface.vocab_size,
+        autocast=autocast_for(update.device, update.precision),
+        ignore_index=IGNORE_INDEX,
+        id_hint=": the tokenizer's ids do not fit this model's vocabulary",
+        data_key="order",
+        trainer_state=lambda: {"options": to_dict(options)},
+        row_extras=lambda outcome: {"answer_tokens": outcome.tokens, "epoch": order.epochs_done},
+    )
+
+
+def finetune(options: FinetuneOptions, log: Callable[[str], None] = _log) -> FinetuneResult:
+    """Train a LoRA adapter of `options.spec` on `options.task` (see the module docstring).
+
+    The output folder is locked for the whole run (`tying.train.lock`).
+
+    Raises:
+        ValueError / FileNotFoundError: bad options, a missing or malformed task file, an
+            unknown task, a model without a tokenizer, a module name LoRA cannot adapt
+            (nothing is written).
+        FileExistsError: a non-empty `out` without resume.
+        RunFolderInUseError: another live process is running in `out`.
+        ConfigError: a resume with other model or data settings.
+        DivergenceError: the loss became NaN or Inf (the last good checkpoint is kept).
+    """
+    check_options(options)
+    out = Path(options.out).expanduser()
+    with locked_run_folder(out):
+        return _finetune(options, out, log)
+
+
+def _finetune(options: FinetuneOptions, out: Path, log: Callable[[str], None]) -> FinetuneResult:
+    # ------------------------------------------------------------------ setup (nothing written)
+    resume_from = _resume_point(options, out, log)
+    update = _prepare(options)
+    run = _build_run(options, update, out)
+    settings = LoopSettings(
+        max_steps=update.max_steps,
+        optim=OptimizerSettings.of(options),
+        checkpoint_every=options.checkpoint_every,
+        keep_last=options.keep_last,
+        tensorboard=options.tensorboard,
+        progress="finetune" if options.progress else None,
+    )
+    start = LoopState()
     if resume_from is not None:
-        model_state, optimizer_state, trainer_state = ckpt.load_checkpoint(resume_from)
-        _load_adapter_state(peft_model, interface_params, model_state)
-        optimizer.load_state_dict(optimizer_state)
-        order.load_state_dict(trainer_state["order"])
-        start_step = int(trainer_state["step"])
-        answer_tokens = int(trainer_state["answer_tokens"])
-        elapsed_before = float(trainer_state.get("elapsed_s", 0.0))
-        ckpt.restore_rng(resume_from)
-        log(f"resuming from step {start_step} ({resume_from})")
-
-    # ------------------------------------------------------------------ run folder
-    out.mkdir(parents=True, exist_ok=True)
-    logger = MetricsLogger(
-        out, resume_step=start_step if resume_from else None, tensorboard=options.tensorboard
-    )
-    autocast = autocast_for(device, precision)
-    model = loaded.model  # the Decoder / HFCausalLM, now holding the LoRA layers
-    peft_model.train()
-    n_trainable = sum(p.numel() for _, p in named)
-    log(
-        f"{loaded.name}: LoRA r={options.rank} on {len(adapted)} modules ({', '.join(targets)}), "
-        f"{n_trainable:,} trainable parameters"
-        + (f" incl. interface {', '.join(interface_names)}" if interface_names else "")
-        + f"; {len(data.examples)} examples, {max_steps} steps, {device}, {precision}"
-    )
-
-    def save(step: int) -> None:
-        state = _adapter_state(peft_model, interface_params)
-        bad = ckpt.nonfinite_tensors(state)
-        if bad:
-            raise DivergenceError(
-                f"the adapter became non-finite at step {step} ({bad[0]}); no checkpoint was "
-                "written: lower --lr, then resume"
-            )
-        trainer_state = {
-            "answer_tokens": answer_tokens,
-            "elapsed_s": elapsed_before + (time.perf_counter() - t_start),
-            "order": order.state_dict(),
-            "options": to_dict(options),
-        }
-        ckpt.save_checkpoint(
-            out, step, state, optimizer.state_dict(), trainer_state, options.keep_last
-        )
+        start = restore(run, resume_from)
+        log(f"resuming from step {start.step} ({resume_from})")
 
     # ------------------------------------------------------------------ loop
-    progress = None
-    if options.progress:
-        from tqdm.auto import tqdm
-
-        progress = tqdm(total=max_steps, initial=start_step, desc="finetune", unit="step")
-    t_start = time.perf_counter()
-    step_seconds: list[float] = []
-    last_loss = float("nan")
-    step = start_step
-    try:
-        for step in range(start_step + 1, max_steps + 1):
-            t0 = time.perf_counter()
-            lr = learning_rate(
-                step,
-                lr=options.lr,
-                warmup_steps=options.warmup_steps,
-                max_steps=max_steps,
-                min_lr_ratio=options.min_lr_ratio,
-            )
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            batch = [data.examples[i] for i in order.next_batch(options.batch_size)]
-            inputs, targets_ = collate(batch, pad_id=tokenizer.eos_id)
-            inputs, targets_ = inputs.to(device), targets_.to(device)
-            with autocast():
-                loss = answer_loss(model, inputs, targets_)
-            value = float(loss.detach())
-            if not math.isfinite(value):
-                optimizer.zero_grad(set_to_none=True)
-                logger.log({"step": step, "event": "diverged", "loss": value})
-                raise DivergenceError(
-                    f"the loss became {value} at step {step}; the adapter was not updated. Lower "
-                    "--lr or use --precision fp32, then --resume"
-                )
-            loss.backward()
-            max_norm = options.grad_clip if options.grad_clip > 0 else float("inf")
-            grad_norm = float(torch.nn.utils.clip_grad_norm_([p for _, p in named], max_norm))
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            n_answer = int((targets_ != -100).sum())
-            answer_tokens += n_answer
-            seconds = time.perf_counter() - t0
-            step_seconds.append(seconds)
-            last_loss = value
-            logger.log(
-                {
-                    "step": step,
-                    "loss": value,
-                    "answer_tokens": n_answer,
-                    "tokens": answer_tokens,
-                    "lr": lr,
-                    "grad_norm": grad_norm,
-                    "epoch": order.epochs_done,
-                    "step_s": seconds,
-                    "elapsed_s": elapsed_before + time.perf_counter() - t_start,
-                }
-            )
-            if progress is not None:
-                progress.update(1)
-                progress.set_postfix(loss=f"{value:.3f}", lr=f"{lr:.2e}")
-            if (options.checkpoint_every and step % options.checkpoint_every == 0) or (
-                step == max_steps
-            ):
-                save(step)
-    finally:
-        if progress is not None:
-            progress.close()
-        logger.close()
+    logger = metrics_logger(run, settings, start if resume_from is not None else None)
+    update.peft_model.train()
+    n_trainable = sum(p.numel() for p in run.parameters)
+    names = update.interface_names
+    log(
+        f"{update.loaded.name}: LoRA r={options.rank} on {len(update.adapted)} modules "
+        f"({', '.join(update.targets)}), {n_trainable:,} trainable parameters"
+        + (f" incl. interface {', '.join(names)}" if names else "")
+        + f"; {len(update.data.examples)} examples, {update.max_steps} steps, {update.device}, "
+        f"{update.precision}"
+    )
+    result = run_loop(run, settings, start, logger)
 
     # ------------------------------------------------------------------ the adapter
-    peft_model.eval()
-    _save_adapter(peft_model, out, {n: p.detach() for n, p in interface_params.items()})
+    update.peft_model.eval()
+    interface = {n: p.detach() for n, p in update.interface_params.items()}
+    _save_adapter(update.peft_model, out, interface)
+    summary = _write_records(options, update, out, result, n_trainable)
+    seconds = result.step_seconds
+    per_step = sum(seconds) / len(seconds) if seconds else None
+    return FinetuneResult(out, result.steps, result.final_loss, per_step, summary)
+
+
+def _write_records(
+    options: FinetuneOptions, update: _Update, out: Path, result: LoopResult, n_trainable: int
+) -> dict[str, Any]:
+    """tying_adapter.json (the adapter's record of its base) and finetune.json (returned)."""
     import tying
 
     record_out = {
-        "base": record,
+        "base": update.record,
         "lora": {
             "rank": options.rank,
             "alpha": options.alpha,
             "dropout": options.dropout,
-            "target_modules": targets,
-            "modules": len(adapted),
+            "target_modules": update.targets,
+            "modules": len(update.adapted),
         },
         "train_interface": options.train_interface,
-        "interface_tensors": interface_names,
+        "interface_tensors": update.interface_names,
         "task": options.task,
-        "steps": step,
+        "steps": result.steps,
         "tying_version": getattr(tying, "__version__", None),
     }
     write_adapter_record(out, record_out)
-    seconds_per_step = sum(step_seconds) / len(step_seconds) if step_seconds else None
+    seconds = result.step_seconds
     summary = {
         "options": to_dict(options),
-        "base": record,
+        "base": update.record,
         "adapter": {"folder": str(out), "record": ADAPTER_RECORD, **record_out["lora"]},
-        "interface_tensors": interface_names,
+        "interface_tensors": update.interface_names,
         "trainable_parameters": n_trainable,
-        "data": {"task": options.task, **data.summary(), "steps_per_epoch": steps_per_epoch},
-        "steps": step,
-        "max_steps": max_steps,
-        "answer_tokens_seen": answer_tokens,
-        "final_loss": last_loss if math.isfinite(last_loss) else None,
-        "device": str(device),
-        "precision": precision,
-        "seconds": elapsed_before + time.perf_counter() - t_start,
-        "seconds_per_step": seconds_per_step,
+        "data": {
+            "task": options.task,
+            **update.data.summary(),
+            "steps_per_epoch": update.steps_per_epoch,
+        },
+        "steps": result.steps,
+        "max_steps": update.max_steps,
+        "answer_tokens_seen": result.tokens,
+        "final_loss": result.final_loss if math.isfinite(result.final_loss) else None,
+        "device": str(update.device),
+        "precision": update.precision,
+        "seconds": result.elapsed_s,
+        "seconds_per_step": sum(seconds) / len(seconds) if seconds else None,
     }
     _write_json(out / SUMMARY_FILE, summary)
-    return FinetuneResult(out, step, last_loss, seconds_per_step, summary)
+    return summary
 
 
 def answer_loss(model: Any, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

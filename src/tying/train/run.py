@@ -1,0 +1,402 @@
+"""`tying train`: a training run as a `tying.train.loop.Run`, in clearly marked sections.
+
+folder     -> process group, the run folder's lock (`tying.train.lock`), resume point
+data       -> tokenizer, token shards (cached), window sampler, validation store
+model      -> decoder preset (scratch) or converted Hugging Face model (teacher),
+              wrapped with a frozen teacher when the run distills (`distill` section)
+optimizer  -> AdamW (+ PIT retraction hook, or a Stiefel RiemannianAdam for Z: train.optim),
+              warm-up + cosine learning rate times each group's lr_scale
+loop       -> `tying.train.loop.run_loop`: micro-batches (gradient accumulation), clipping,
+              step, metrics, validation, checkpoints; a non-finite loss stops the run before
+              the weights are touched, keeping the last good checkpoint
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tying.config import ConfigError, save_config, to_dict
+from tying.devices import autocast_for, resolve_compile, resolve_precision
+from tying.train import checkpoint as ckpt
+from tying.train.build import TrainingSetup, build_setup
+from tying.train.config import TrainConfig, saved_train_config
+from tying.train.distill import (
+    DistillationObjective,
+    add_student_prefix,
+    load_teacher,
+    rename_optimizer_state,
+    strip_student_prefix,
+)
+from tying.train.distributed import DistInfo, cleanup, init_distributed, unwrap, wrap_model
+from tying.train.evaluate import evaluate
+from tying.train.lock import locked_run_folder
+from tying.train.loop import (
+    LoopSettings,
+    LoopState,
+    Run,
+    metrics_logger,
+    restore,
+    run_loop,
+)
+from tying.train.metrics import MetricsLogger
+from tying.train.optim import Optimizers, OptimizerSettings, optimizers_for_run
+
+
+@dataclass
+class TrainResult:
+    """What a finished run reports."""
+
+    run_dir: Path
+    steps: int
+    tokens: int
+    final_loss: float
+    val_loss: float | None
+    elapsed_s: float
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-able dict (non-finite losses as null)."""
+        return {
+            "run_dir": str(self.run_dir),
+            "steps": self.steps,
+            "tokens": self.tokens,
+            "final_loss": self.final_loss if math.isfinite(self.final_loss) else None,
+            "val_loss": self.val_loss,
+            "elapsed_s": round(self.elapsed_s, 2),
+        }
+
+
+#: The hint of the host-side id check of every batch.
+_SHARD_MISMATCH = (
+    ": the token shards do not match this model (V={V}); tokenize the data with its tokenizer"
+)
+
+
+def autocast_context(cfg: TrainConfig, device: torch.device) -> AbstractContextManager:
+    """bf16 autocast on the run's device, or nothing for fp32 (`precision` "auto" resolved by
+    `tying.devices.resolve_precision`)."""
+    return autocast_for(device, cfg.precision)()
+
+
+#: TrainConfig keys that fix the model and its interface: a resumed run must keep them.
+MODEL_KEYS = (
+    "preset",
+    "model",
+    "tie",
+    "t_init",
+    "pit_centre",
+    "trainable_z",
+    "pit_diag_activation",
+    "input_grad_scale",
+    "norm",
+    "tokenizer",
+    "t_scale",
+)
+#: The TrainConfig keys behind MODEL_KEYS' resolved properties (named in error messages).
+_RESOLVED_KEYS = {"trainable_z": "pit_trainable_z", "t_scale": "pit_t_scale"}
+#: TrainConfig keys that choose the optimizers whose state a checkpoint holds: a resumed run
+#: must keep them too (the learning-rate keys, lr and the pit_*_lr_scale, may change).
+OPTIMIZER_KEYS = ("pit_z_optimizer", "pit_t_optimizer")
+
+
+def _model_settings(cfg: TrainConfig) -> dict[str, Any]:
+    """The MODEL_KEYS values of a config (PIT's trainable Z resolved by mode)."""
+    return {key: getattr(cfg, key) for key in MODEL_KEYS}
+
+
+def check_resume_compatible(saved: TrainConfig, cfg: TrainConfig, where: Path) -> None:
+    """Raise ConfigError naming the first model/interface or optimizer setting `cfg` changes
+    from `saved` (MODEL_KEYS, OPTIMIZER_KEYS)."""
+    old, new = _model_settings(saved), _model_settings(cfg)
+    old |= {key: getattr(saved, key) for key in OPTIMIZER_KEYS}
+    new |= {key: getattr(cfg, key) for key in OPTIMIZER_KEYS}
+    for key in (*MODEL_KEYS, *OPTIMIZER_KEYS):
+        if old[key] != new[key]:
+            name = _RESOLVED_KEYS.get(key, key)
+            raise ConfigError(
+                f"cannot resume {where}: it was trained with {name}={old[key]!r}, this run asks "
+                f"for {name}={new[key]!r}; resume with the same setting, or choose another out"
+            )
+
+
+def _resume_point(cfg: TrainConfig, log: Any) -> Path | None:
+    """The newest good checkpoint to resume from (None: start), after checking the settings.
+
+    Damaged or non-finite newer checkpoints are skipped with a message; a run folder with
+    checkpoints and resume=false is refused (nothing is overwritten).
+    """
+    run_dir = Path(cfg.out)
+    if not cfg.resume:
+        if ckpt.list_checkpoints(run_dir):
+            raise ConfigError(
+                f"{run_dir} already holds checkpoints of a run: pass resume=true to continue "
+                "it, or choose another out (nothing was overwritten)"
+            )
+        return None
+    found = ckpt.checkpoint_to_resume(run_dir, log, "start again with resume=false in another out")
+    if found is None:
+        return None
+    saved = saved_train_config(
+        ckpt.read_trainer_state(found)["config"], source=str(found / "trainer.json")
+    )
+    check_resume_compatible(saved, cfg, run_dir)
+    return found
+
+
+def _distilling(model: nn.Module) -> bool:
+    return isinstance(model, DistillationObjective)
+
+
+class TrainWeights:
+    """The whole model in a checkpoint, through torch.distributed.checkpoint (full, unsharded,
+    on the CPU; collectives under FSDP). Under distillation the student's state alone, under
+    its own parameter names.
+
+    Args:
+        model: the unwrapped objective (the model, or the distillation objective holding it).
+        optimizer: the run's optimizers.
+    """
+
+    def __init__(self, model: nn.Module, optimizer: Optimizers) -> None:
+        self.model, self.optimizer = model, optimizer
+
+    def model_state(self) -> dict[str, torch.Tensor]:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+        )
+
+        state = get_model_state_dict(
+            self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
+        return strip_student_prefix(state) if _distilling(self.model) else state
+
+    def optimizer_state(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_optimizer_state_dict,
+        )
+
+        state = get_optimizer_state_dict(
+            self.model,
+            self.optimizer.optimizers,
+            options=StateDictOptions(full_state_dict=True, cpu_offload=True),
+        )
+        if _distilling(self.model):
+            state = rename_optimizer_state(state, lambda n: n.removeprefix("student."))
+        return state
+
+    def load(self, model_state: dict[str, torch.Tensor], optimizer_state: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_optimizer_state_dict,
+        )
+
+        if _distilling(self.model):
+            optimizer_state = rename_optimizer_state(optimizer_state, lambda n: "student." + n)
+        # Optimizer first: initialising its state runs a zero-lr step, which a Riemannian
+        # optimizer ends with a retraction (a rounding-level change of Z); the model's
+        # weights are loaded after it, so they are exactly the saved ones.
+        set_optimizer_state_dict(
+            self.model,
+            self.optimizer.optimizers,
+            optimizer_state,
+            options=StateDictOptions(full_state_dict=True),
+        )
+        self.load_model(model_state)
+
+    def load_model(self, model_state: dict[str, torch.Tensor]) -> None:
+        """The weights of a checkpoint (after the optimizer state)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        if _distilling(self.model):
+            model_state = add_student_prefix(model_state)
+        set_model_state_dict(
+            self.model, model_state, options=StateDictOptions(full_state_dict=True)
+        )
+
+
+def _record_conversion(model: nn.Module, run_dir: Path, logger: MetricsLogger) -> None:
+    """Teacher mode: conversion.json (the ConversionReport) and a step-0 row with its KL."""
+    hf_model = getattr(model, "hf_model", None)
+    if hf_model is None:
+        return
+    from tying.hf import conversion_report
+
+    report = conversion_report(hf_model)
+    if report is None:
+        return
+    (run_dir / "conversion.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    if report.step0 is not None:
+        logger.log(
+            {
+                "step": 0,
+                "tokens": 0,
+                "step0_kl": report.step0["kl"],
+                "step0_loss": report.step0["loss"],
+                "step0_teacher_loss": report.step0["teacher_loss"],
+            }
+        )
+
+
+def train(cfg: TrainConfig, setup: TrainingSetup | None = None) -> TrainResult:
+    """Run (or resume) one training run as configured; returns its summary.
+
+    The run folder `cfg.out` is locked for the whole run (rank 0 holds the lock for a torchrun
+    process group).
+
+    Raises:
+        DivergenceError: the loss became non-finite (the last good checkpoint is kept).
+        ConfigError: inconsistent settings (batch sizes, existing run folder, ...).
+        RunFolderInUseError: another live process is running in `cfg.out`.
+    """
+    # ------------------------------------------------------------------ folder
+    info = init_distributed()
+    deterministic_before = torch.are_deterministic_algorithms_enabled()
+    try:
+        cfg.grad_accum_steps(info.world_size)  # bad batch sizes: refused before the folder
+        with locked_run_folder(cfg.out, info):
+            return _train(cfg, info, setup)
+    finally:
+        torch.use_deterministic_algorithms(deterministic_before)
+        cleanup(info)
+
+
+def _log(message: str) -> None:
+    print(f"tying train: {message}", file=sys.stderr, flush=True)
+
+
+def _seed_and_kernels(cfg: TrainConfig, info: DistInfo) -> None:
+    torch.manual_seed(cfg.seed)
+    if cfg.deterministic:
+        if info.device.type == "cuda":
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def _objective(cfg: TrainConfig, model: nn.Module, info: DistInfo) -> nn.Module:
+    """The model, or the distillation objective around it (with its frozen teacher)."""
+    if not cfg.distill.enabled:
+        return model
+    teacher = load_teacher(cfg.distill, cfg.model).to(info.device)
+    return DistillationObjective(
+        model,
+        teacher,
+        cfg.distill.alpha,
+        cfg.distill.temperature,
+        teacher_autocast=resolve_precision(cfg.precision, info.device) == "bf16",
+    )
+
+
+def _validation(cfg: TrainConfig, setup: TrainingSetup, wrapped: nn.Module, info: DistInfo) -> Any:
+    """The held-out loss of the run's validation store, or None without one."""
+    if setup.val_store is None:
+        return None
+
+    def validate() -> dict[str, float]:
+        result = evaluate(
+            wrapped,  # eager: a compiled model would compile its eval-mode graph once more
+            setup.val_store,
+            seq_len=cfg.seq_len,
+            batch_size=cfg.micro_batch_size,
+            max_tokens=cfg.eval_tokens,
+            autocast=lambda: autocast_context(cfg, info.device),
+            device=info.device,
+        )
+        return {"val_loss": result["loss"], "val_ppl": result["ppl"]}
+
+    return validate
+
+
+def _build_run(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup) -> Run:
+    """The run of `cfg` for the loop: the model on its device, wrapped, compiled, optimized."""
+    model = setup.model.to(info.device)
+    interface = unwrap(model).interface
+    wrapped = wrap_model(_objective(cfg, model, info), info, cfg.distributed)
+    # the student's parameters only (a distilling objective also holds the frozen teacher)
+    optimizer = optimizers_for_run(model, cfg)
+    compiled = resolve_compile(cfg.compile, info.device, hooks=cfg.track_gradient_paths)
+    vocab_size = interface.vocab_size
+    return Run(
+        folder=Path(cfg.out),
+        info=info,
+        forward=torch.compile(wrapped) if compiled else wrapped,
+        module=wrapped,
+        parameters=list(unwrap(wrapped).parameters()),
+        optimizer=optimizer,
+        batches=setup.sampler,
+        weights=TrainWeights(unwrap(wrapped), optimizer),
+        vocab_size=vocab_size,
+        autocast=lambda: autocast_context(cfg, info.device),
+        id_hint=_SHARD_MISMATCH.format(V=vocab_size),
+        loss_parts=("ce", "kl") if cfg.distill.enabled else (),
+        ddp_no_sync=info.enabled and cfg.distributed == "ddp",
+        data_key="sampler",
+        trainer_state=lambda: {"config": to_dict(cfg)},
+        validate=_validation(cfg, setup, wrapped, info),
+        on_checkpoint=lambda path: save_config(cfg, path / "config.yaml"),
+    )
+
+
+def loop_settings(cfg: TrainConfig, info: DistInfo) -> LoopSettings:
+    """The loop's settings of a training run."""
+    return LoopSettings(
+        max_steps=cfg.max_steps,
+        optim=OptimizerSettings.of(cfg),
+        accum=cfg.grad_accum_steps(info.world_size),
+        eval_every=cfg.eval_every,
+        checkpoint_every=cfg.checkpoint_every,
+        keep_last=cfg.keep_last,
+        tensorboard=cfg.tensorboard,
+        progress=f"train {cfg.tie}" if cfg.progress else None,
+    )
+
+
+def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> TrainResult:
+    settings = loop_settings(cfg, info)
+    run_dir = Path(cfg.out)
+    resume_from = _resume_point(cfg, _log if info.is_main else lambda _: None)
+
+    # ------------------------------------------------------------------ data + model
+    _seed_and_kernels(cfg, info)
+    setup = setup or build_setup(cfg, info, calibrate=resume_from is None)
+    if info.is_main:  # written only now: the data, tokenizer and model were built without error
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, run_dir / "config.yaml")
+
+    # ------------------------------------------------------------------ optimizer + resume
+    run = _build_run(cfg, info, setup)
+    start = LoopState()
+    if resume_from is not None:
+        start = restore(run, resume_from)
+        if info.is_main:
+            _log(f"resuming from step {start.step} ({resume_from})")
+    # After loading: restoring optimizer state runs a zero-lr step, which must not retract Z.
+    # A Riemannian optimizer retracts Z itself; AdamW needs the hook.
+    interface = unwrap(setup.model).interface
+    if getattr(interface, "trainable_z", False) and cfg.pit_z_optimizer == "adamw":
+        interface.attach_retraction(run.optimizer.optimizer_of(interface.z))
+    run.tracker = setup.make_tracker(interface) if cfg.track_gradient_paths else None
+    logger = metrics_logger(run, settings, start if resume_from else None) if info.is_main else None
+    if logger is not None and resume_from is None:
+        _record_conversion(setup.model, run_dir, logger)
+
+    # ------------------------------------------------------------------ loop
+    result = run_loop(run, settings, start, logger)
+    return TrainResult(
+        run_dir=run_dir,
+        steps=result.steps,
+        tokens=result.tokens,
+        final_loss=result.final_loss,
+        val_loss=result.val_loss,
+        elapsed_s=result.elapsed_s,
+    )
