@@ -7,10 +7,14 @@ so `tying --help` imports neither torch nor any verb. A verb module provides:
                                (`tying.config.add_config_arguments`)
     run(args) -> int | None    builds the options and calls the library function
 
-One error path for every verb (`main`): bad input (a `tying.config.ConfigError`, a
-ValueError, a missing file, ...) prints ONE line, `tying VERB: error: ...`, and exits with
-status 2; an unexpected failure prints one line and exits with 1; `--debug` (or
-TYING_DEBUG=1) shows the traceback instead. Ctrl-C exits with 130.
+One error path for every verb (`main`): bad input (`USER_ERRORS`: a ValueError, which
+includes the project's own `tying.config.ConfigError` and `tying.interface.loss.TokenIdError`,
+a missing or existing file, ...) prints ONE line, `tying VERB: error: ...`, and exits with
+status 2; a failure the library explains itself (an exception with an `exit_status`, e.g. a
+diverged run) prints its message and exits with that status; anything else (IndexError,
+KeyError, NotImplementedError, ...) is a bug: its traceback is printed, then one line, and the
+exit status is 1. `--debug` (or TYING_DEBUG=1) re-raises every error with its traceback.
+Ctrl-C exits with 130.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import difflib
 import importlib
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -73,7 +78,9 @@ VERBS: dict[str, tuple[str, str]] = {
     ),
 }
 
-#: Exceptions that mean "the input was wrong": one line, exit status 2.
+#: Exceptions that mean "the input was wrong": one line, exit status 2. The project's own user
+#: errors subclass ValueError (`ConfigError`, `TokenIdError`); everything else keeps its
+#: traceback (a bug must not read as bad input).
 USER_ERRORS: tuple[type[BaseException], ...] = (
     ValueError,
     FileNotFoundError,
@@ -81,8 +88,6 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     NotADirectoryError,
     IsADirectoryError,
     PermissionError,
-    NotImplementedError,
-    IndexError,
 )
 
 
@@ -171,9 +176,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = getattr(e, "exit_status", None)
         if isinstance(status, int):  # a failure the library explains itself (e.g. divergence)
             return _fail(verb, str(e), status)
+        traceback.print_exc()
         return _fail(
             verb,
-            f"{type(e).__name__}: {e} (an unexpected failure; rerun with --debug for the traceback)",
+            f"{type(e).__name__}: {e} (an unexpected failure, not bad input: the traceback is "
+            "above; please report it)",
             1,
         )
 
