@@ -65,9 +65,14 @@ def test_spec_loading_and_errors(tiny_teacher: Path, tmp_path: Path) -> None:
     ids = loaded.tokenizer("It was")["input_ids"]
     assert ids == loaded.tokenizer.backend_tokenizer.encode("It was").ids
     lm = get_model("tying").create_from_arg_string(
-        f"spec={tiny_teacher},dtype=float32", {"batch_size": 1, "device": "cuda:0"}
+        f"spec={tiny_teacher},dtype=float32", {"batch_size": 1, "device": "auto"}
     )
-    assert lm.device.type in ("cpu", "cuda")
+    assert lm.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():  # one device resolver: CUDA is refused, not replaced
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            get_model("tying").create_from_arg_string(
+                f"spec={tiny_teacher}", {"batch_size": 1, "device": "cuda:0"}
+            )
     assert lm.get_model_info()["model_spec"] == str(tiny_teacher)
 
     bare = tmp_path / "bare"

@@ -50,7 +50,7 @@ from typing import Any
 import torch
 
 from tying.config import positional
-from tying.devices import PRECISIONS, resolve_device, resolve_precision
+from tying.devices import Precision, resolve_device, resolve_precision
 from tying.evaluation.stats import wilson_interval
 from tying.evaluation.tasks import TASKS, seeded_subset
 from tying.outputs import check_output_folder, output_folder
@@ -89,9 +89,9 @@ class EvaluateOptions:
             tasks' own (5). MBPP's 3 fixed examples are part of its prompts, HumanEval has none.
         device: auto (cuda if present), cpu or cuda[:N].
         dtype: weights dtype (float32, bfloat16, ...).
-        precision: fp32, bf16 (autocast around the float32 weights) or auto (bf16 where the
-            hardware has it); fp32 by default: bf16 rounds the reference log-likelihoods (a sum
-            of -704.27 nats came out as -704.0).
+        precision: auto (bf16 where the hardware has it, as every verb), bf16 (autocast
+            around the float32 weights) or fp32; bf16 rounds the reference log-likelihoods (a
+            sum of -704.27 nats came out as -704.0): choose fp32 to compare them to 0.01 nat.
         code_timeout_s: seconds each model-written program may run in the sandbox.
         reference_loglik: also score the references (ref_loglik_per_token); false skips it (the
             field is then null).
@@ -109,7 +109,7 @@ class EvaluateOptions:
     num_fewshot: int | None = None
     device: str = "auto"
     dtype: str = "float32"
-    precision: str = "fp32"
+    precision: Precision = "auto"
     code_timeout_s: float = 10.0
     reference_loglik: bool = True
     overwrite: bool = False
@@ -156,10 +156,7 @@ def check_options(options: EvaluateOptions) -> tuple[str, ...]:
         )
     if not math.isfinite(float(options.code_timeout_s)):
         raise ValueError(f"code timeout must be finite, got {options.code_timeout_s!r}")
-    if options.precision not in PRECISIONS:
-        raise ValueError(
-            f"precision must be one of {', '.join(PRECISIONS)}, got {options.precision!r}"
-        )
+    resolve_precision(options.precision)  # validates it
     out = Path(options.out).expanduser()
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file: give a folder for {RESULTS_FILE}")

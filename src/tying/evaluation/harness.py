@@ -28,6 +28,8 @@ import torch
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 
+from tying import devices
+from tying._compat import moved_attribute
 from tying.evaluation.generate import eos_ids_of, greedy_generate
 from tying.evaluation.loading import EvalModel, apply_adapter, load_for_evaluation, parse_dtype
 
@@ -40,16 +42,11 @@ log = logging.getLogger(__name__)
 _GREEDY_KEYS = {"do_sample", "temperature", "attention_mask"}
 
 
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    """The device to run on: `device`, or the CPU when a CUDA device is asked for (lm-eval's
-    default is "cuda:0") but none is available; None: CUDA if available, else the CPU."""
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    resolved = torch.device(device)
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        log.warning("device %s requested but CUDA is not available: running on the CPU", device)
-        return torch.device("cpu")
-    return resolved
+def __getattr__(name: str) -> Any:
+    """Old names kept for one release: `resolve_device` is `tying.devices.resolve_device`."""
+    if name == "resolve_device":
+        return moved_attribute(__name__, name, "tying.devices")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @register_model(MODEL_NAME)
@@ -63,8 +60,9 @@ class TyingLM(HFLM):
         adapter: a peft adapter folder to apply on top.
         dtype: weights dtype ("float32", "bfloat16", ...); None: float32 for `spec`, an
             instantiated model's own.
-        device: where to run (default: an instantiated model stays where it is; a spec goes to
-            CUDA if available, else the CPU).
+        device: where to run, resolved by `tying.devices.resolve_device` ("auto": CUDA if
+            available, else the CPU; CUDA asked for where there is none is a ValueError).
+            Default: an instantiated model stays where it is, a spec goes to "auto".
         batch_size: requests per forward/generation batch (int, or lm-eval's "auto").
         **kwargs: other HFLM options (max_length, max_batch_size, mixed_precision_dtype, ...).
 
@@ -88,7 +86,7 @@ class TyingLM(HFLM):
         if isinstance(pretrained, (str, Path)):
             spec, pretrained = str(pretrained), None
         if pretrained is None:
-            run_device = resolve_device(device)
+            run_device = devices.resolve_device(device)
             if spec is None:
                 raise ValueError(
                     "the tying model needs spec=... (a run, checkpoint, model folder, .gguf file "
@@ -104,7 +102,7 @@ class TyingLM(HFLM):
                 )
             model = pretrained if adapter is None else apply_adapter(pretrained, adapter)
             if device is not None:
-                model.to(resolve_device(device))
+                model.to(devices.resolve_device(device))
             if dtype is not None:
                 model.to(parse_dtype(dtype))
             model.eval()

@@ -46,7 +46,7 @@ from tying.adapters import apply_adapter, causal_lm_of
 from tying.config import positional, to_dict
 from tying.data.batches import eval_batches
 from tying.data.corpus import default_validation_source, prepare_store
-from tying.devices import autocast_for, resolve_device, resolve_precision
+from tying.devices import Precision, autocast_for, resolve_device, resolve_precision
 from tying.evaluation.divergence import compare_chunks
 from tying.evaluation.stats import mcnemar_exact, paired_bootstrap
 from tying.lens.data import eval_window_count, window_batches
@@ -95,9 +95,9 @@ class SideEffectsOptions:
         max_new_tokens: generation length limit of the tasks (null = each task's own).
         num_fewshot: few-shot examples for GSM8K and SVAMP (null = 5).
         bootstrap_resamples: resamples of the paired bootstraps.
-        precision: fp32, bf16 or auto for the forward passes (log-sum-exp and KL in fp32
-            always); fp32 by default, so that the rounding of bf16 activations does not add to
-            the small differences measured.
+        precision: auto (bf16 where the hardware has it, as every verb), bf16 or fp32 for the
+            forward passes (log-sum-exp and KL in fp32 always); choose fp32 so that the
+            rounding of bf16 activations does not add to the small differences measured.
         device: auto (cuda if present), cpu or cuda[:N].
         overwrite: replace a non-empty output folder.
         progress: show progress bars.
@@ -121,7 +121,7 @@ class SideEffectsOptions:
     max_new_tokens: int | None = None
     num_fewshot: int | None = None
     bootstrap_resamples: int = 10000
-    precision: str = "fp32"
+    precision: Precision = "auto"
     device: str = "auto"
     overwrite: bool = False
     progress: bool = True

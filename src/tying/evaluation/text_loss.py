@@ -14,7 +14,7 @@ import torch
 
 from tying.config import positional
 from tying.data.corpus import default_validation_source, prepare_store, resolve_source
-from tying.devices import autocast_for, resolve_device, resolve_precision
+from tying.devices import Precision, autocast_for, resolve_device, resolve_precision
 from tying.loader import load_any
 from tying.train.evaluate import evaluate
 
@@ -41,7 +41,7 @@ class EvalOptions:
     seq_len: int | None = None
     batch_size: int = 8
     tokenizer: str | None = None
-    precision: str = "auto"
+    precision: Precision = "auto"
     device: str = "auto"
 
 

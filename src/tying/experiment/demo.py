@@ -31,8 +31,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from tying.devices import Precision
 from tying.experiment.config import (
     AnalysisSettings,
     ExperimentConfig,
@@ -97,7 +98,7 @@ class DemoOptions:
     lens_tokens: int = 1024
     eval_tokens: int = 4096
     tokenizer: str | None = None
-    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    precision: Precision = "auto"
     update_task: str = "mbpp"
     update_steps: int = 4
     update_limit: int = 2

@@ -25,7 +25,7 @@ import torch
 from tying.config import positional
 from tying.data.batches import num_windows
 from tying.data.corpus import default_validation_source, prepare_store, resolve_source
-from tying.devices import autocast_for, resolve_device, resolve_precision
+from tying.devices import Precision, autocast_for, resolve_device, resolve_precision
 from tying.lens.data import eval_window_count, text_bytes, training_steps, window_batches
 from tying.lens.evaluate import evaluate_lens
 from tying.lens.logit_lens import LogitLens
@@ -71,7 +71,7 @@ class LensOptions:
     seq_len: int = 256
     batch_size: int = 8
     chunk_tokens: int = 1024
-    precision: str = "auto"
+    precision: Precision = "auto"
     device: str = "auto"
     tokenizer: str | None = None
     train_steps: int = 250
@@ -288,7 +288,7 @@ class TraceOptions:
     position: int = -1
     out: str | None = None
     tokenizer: str | None = None
-    precision: str = "auto"
+    precision: Precision = "auto"
     device: str = "auto"
 
 
