@@ -61,7 +61,7 @@ def side(base: Path, updated: Path, out: Path, text: Path, **overrides) -> dict:
         progress=False,
     )
     settings.update(overrides)
-    report = run_side_effects(SideEffectsOptions(**settings), log=lambda _: None).report
+    report = run_side_effects(SideEffectsOptions(**settings)).report
     assert json.loads((out / SIDE_EFFECTS_FILE).read_text()) == report
     return report
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -55,6 +56,8 @@ from tying.lens.logit_lens import LogitLens
 from tying.loader import LoadedModel, load_any, safe_name
 from tying.outputs import check_output_folder, output_folder
 from tying.paths import data_dir
+
+log = logging.getLogger(__name__)
 
 #: File name of the report in the output folder.
 SIDE_EFFECTS_FILE = "side_effects.json"
@@ -502,10 +505,9 @@ def _weighted_change(lens: dict[str, dict[str, Any]]) -> list[float] | None:
     return [sum(p["change"][i] * p["tokens"] for p in lens.values()) / total for i in range(n)]
 
 
-def run_side_effects(
-    options: SideEffectsOptions, log: Callable[[str], None] = print
-) -> SideEffectsRun:
-    """Measure the side effects of an update and write out/side_effects.json.
+def run_side_effects(options: SideEffectsOptions) -> SideEffectsRun:
+    """Measure the side effects of an update and write out/side_effects.json (one INFO line
+    per text on the `tying.evaluation.side_effects` logger).
 
     Raises:
         ValueError / FileNotFoundError / FileExistsError: bad options, a missing text or task
@@ -549,7 +551,7 @@ def run_side_effects(
             lens[name] = profile
             seconds[f"lens:{name}"] = time.perf_counter() - t0
         entry = texts[name]
-        log(
+        log.info(
             f"{name}: KL {entry['kl_nats']:.3g} nats/token, delta loss {entry['delta_loss']:+.4f} "
             f"nats/token, top-1 agreement {entry['top1_agreement']:.4f} ({entry['tokens']} tokens)"
         )
