@@ -39,7 +39,13 @@ def reference_loglik(model, tok, prompt: str, target: str) -> tuple[float, int]:
 def test_limit_3_through_lm_eval(eval_model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
     out = tmp_path / "eval"
     options = EvaluateOptions(
-        spec=str(eval_model_dir), out=out, limit=3, seed=7, max_new_tokens=4, num_fewshot=0
+        spec=str(eval_model_dir),
+        out=out,
+        limit=3,
+        seed=7,
+        max_new_tokens=4,
+        num_fewshot=0,
+        precision="fp32",  # compared with a float32 forward pass below (auto may be bf16)
     )
     results = evaluate_model(options)
     assert json.loads((out / RESULTS_FILE).read_text()) == results

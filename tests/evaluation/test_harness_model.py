@@ -139,3 +139,10 @@ def test_adapter_is_applied_and_checked(tiny_teacher: Path, tmp_path: Path) -> N
     with pytest.raises(ValueError, match="not valid JSON"):
         check_adapter_base(tmp_path / "broken", other)
     assert json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["r"] == 4
+
+
+def test_logits_reach_lm_eval_in_float32(tiny_teacher: Path) -> None:
+    """Under bf16 autocast lm-eval sums log-softmaxes of the logits it gets: float32 ones."""
+    lm = TyingLM(spec=str(tiny_teacher), device="cpu", mixed_precision_dtype="bfloat16")
+    logits = lm._model_call(torch.tensor([[1, 2, 3, 4]]))
+    assert logits.dtype == torch.float32 and logits.shape[:2] == (1, 4)

@@ -39,6 +39,7 @@ import json
 import logging
 import math
 import os
+import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
@@ -205,6 +206,43 @@ def _quiet_lm_eval(level: int = logging.ERROR):
         logger.setLevel(previous)
 
 
+def quiet_git_commit_hash() -> str | None:
+    """lm-eval's `get_git_commit_hash` (`git describe --always`, else the commit of a `.git`
+    folder in the current directory) without git's own stderr: outside a repository lm-eval's
+    version lets git print `fatal: not a git repository` on the terminal; here git's message
+    goes to the log at debug level."""
+    from lm_eval.loggers.utils import get_commit_from_path
+
+    try:
+        done = subprocess.run(
+            ["git", "describe", "--always"],  # lm-eval's own probe
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        log.debug("no git commit for lm-eval's record: %s", e)
+        return get_commit_from_path(os.getcwd())
+    if done.returncode != 0:
+        log.debug("no git commit for lm-eval's record: %s", done.stderr.strip())
+        return get_commit_from_path(os.getcwd())
+    return done.stdout.strip()
+
+
+@contextmanager
+def _quiet_git_probe():
+    """lm-eval's `simple_evaluate` asks git for a commit hash: ask it quietly instead."""
+    import lm_eval.evaluator
+
+    probe = lm_eval.evaluator.get_git_commit_hash
+    lm_eval.evaluator.get_git_commit_hash = quiet_git_commit_hash
+    try:
+        yield
+    finally:
+        lm_eval.evaluator.get_git_commit_hash = probe
+
+
 def _run_lm_eval(
     lm: Any, task_name: str, indices: list[int] | None, options: EvaluateOptions
 ) -> tuple[list[dict], float]:
@@ -226,7 +264,7 @@ def _run_lm_eval(
         else None
     )
     start = time.perf_counter()
-    with _quiet_lm_eval():
+    with _quiet_lm_eval(), _quiet_git_probe():
         output = simple_evaluate(
             model=lm,
             tasks=[task_name],

@@ -21,6 +21,8 @@ lm-eval's own command line with it imported and our task folder included (see th
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,13 @@ MODEL_NAME = "tying"
 
 log = logging.getLogger(__name__)
 
+#: lm-eval's warnings about what `TyingLM` does on purpose (an instantiated model, one
+#: process): logged at debug level on this module's logger instead.
+EXPECTED_LM_EVAL_WARNINGS = (
+    "`pretrained` model kwarg is not of type `str`",
+    "Passed an already-initialized model through `pretrained`",
+)
+
 #: Generation options that keep decoding greedy (anything else goes to `generate`).
 _GREEDY_KEYS = {"do_sample", "temperature", "attention_mask"}
 
@@ -47,6 +56,29 @@ def __getattr__(name: str) -> Any:
     if name == "resolve_device":
         return moved_attribute(__name__, name, "tying.devices")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _ExpectedAtDebug(logging.Filter):
+    """Drops lm-eval's `EXPECTED_LM_EVAL_WARNINGS`, logging them at debug level here."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith(EXPECTED_LM_EVAL_WARNINGS):
+            log.debug("lm-eval (expected): %s", message)
+            return False
+        return True
+
+
+@contextmanager
+def _expected_lm_eval_warnings_at_debug() -> Iterator[None]:
+    """While HFLM is built around an instantiated model, its expected warnings go to debug."""
+    logger = logging.getLogger(HFLM.__module__)
+    expected = _ExpectedAtDebug()
+    logger.addFilter(expected)
+    try:
+        yield
+    finally:
+        logger.removeFilter(expected)
 
 
 @register_model(MODEL_NAME)
@@ -111,13 +143,21 @@ class TyingLM(HFLM):
                 model=model, tokenizer=tokenizer, name=name, spec="", adapter=adapter
             )
         self.loaded = loaded
-        super().__init__(
-            pretrained=loaded.model,
-            tokenizer=loaded.tokenizer,
-            backend="causal",
-            batch_size=batch_size,
-            **kwargs,
-        )
+        with _expected_lm_eval_warnings_at_debug():
+            super().__init__(
+                pretrained=loaded.model,
+                tokenizer=loaded.tokenizer,
+                backend="causal",
+                batch_size=batch_size,
+                **kwargs,
+            )
+
+    def _model_call(self, inps: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """lm-eval's forward (under its autocast), with the logits in float32: lm-eval takes
+        their log-softmax and sums the log-likelihoods outside the autocast, where bf16 logits
+        would round a sum of -704.27 nats to -704.0."""
+        logits = super()._model_call(inps, *args, **kwargs)
+        return logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
 
     # ------------------------------------------------------------------ generation
     def _model_generate(
