@@ -178,3 +178,13 @@ def test_the_probe_s_stderr_log_is_deprecated() -> None:
 
     with pytest.warns(DeprecationWarning, match="the probe logs through logging"):
         assert stderr_log() is stage_log
+
+
+def test_leading_flags_before_the_verb() -> None:
+    assert cli._leading_verbosity(["-qq", "train", "x=1"]) == (-2, ["train", "x=1"])
+    assert cli._leading_verbosity(["-v", "--debug", "--verbose", "train", "-q"]) == (
+        2,
+        ["train", "--debug", "-q"],
+    )
+    assert cli._leading_verbosity(["train", "-v"]) == (0, ["train", "-v"])
+    assert cli._leading_verbosity(["-vq", "train"]) == (0, ["-vq", "train"])

@@ -232,13 +232,16 @@ def _flag_verbosity(flag: str) -> int | None:
 
 
 def _leading_verbosity(args: list[str]) -> tuple[int, list[str]]:
-    """The verbosity of the -q/-v flags given before the verb, and the arguments after them
-    (a `--debug` there is kept for the verb's parser)."""
-    verbosity, rest = 0, list(args)
+    """The verbosity of the -q/-v flags given before the verb, and the arguments without them
+    (a `--debug` given there moves to just after the verb, for the verb's parser)."""
+    verbosity, rest, debug = 0, list(args), []
     while rest and (rest[0] == "--debug" or _flag_verbosity(rest[0]) is not None):
         flag = rest.pop(0)
-        verbosity += _flag_verbosity(flag) or 0
-    return verbosity, rest + (["--debug"] if "--debug" in args[: len(args) - len(rest)] else [])
+        if flag == "--debug":
+            debug = [flag]
+        else:
+            verbosity += _flag_verbosity(flag) or 0
+    return verbosity, rest[:1] + debug + rest[1:]
 
 
 def _fail(verb: str, message: str, status: int) -> int:
