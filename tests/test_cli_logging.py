@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import ast
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,17 @@ def test_leading_flags_before_the_verb() -> None:
     )
     assert cli._leading_verbosity(["train", "-v"]) == (0, ["train", "-v"])
     assert cli._leading_verbosity(["-vq", "train"]) == (0, ["-vq", "train"])
+
+
+def test_the_library_names_no_cli_flag_in_its_messages() -> None:
+    """The library names its options (`max_tokens`), not the CLI's flags (`--max-tokens`): a
+    Python caller has no flags, and the CLI maps one to the other."""
+    flag = re.compile(r"(^|[\s`(])(?<!pip install )--[a-z]")
+    offenders = [
+        f"{name}:{node.lineno}: {node.value!r}"
+        for name, tree in _library_modules()
+        if name != "evaluation/harness_cli.py"  # lm-eval's own command line
+        for node in _messages(tree)
+        if flag.search(node.value)
+    ]
+    assert offenders == []

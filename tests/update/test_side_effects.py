@@ -199,7 +199,7 @@ def test_pit_decoder_interface_frozen_then_trained(
         ("foreign adapter", "another base model"),
         ("missing text", "not found"),
         ("other tokenizer", "do not share a tokenizer"),
-        ("limit 0", "--limit must be a positive number"),
+        ("limit 0", "limit must be a positive number"),
         ("unknown task", "unknown task 'gsm9k'"),
         ("no tokenizer", "has no tokenizer"),
         ("not empty", "is not empty"),

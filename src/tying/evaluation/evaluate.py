@@ -142,7 +142,7 @@ def check_options(options: EvaluateOptions) -> tuple[str, ...]:
     tasks = parse_tasks(options.tasks)
     if options.limit is not None and (isinstance(options.limit, bool) or int(options.limit) < 1):
         raise ValueError(
-            f"--limit must be a positive number of items, got {options.limit}; omit it to "
+            f"limit must be a positive number of items, got {options.limit}; omit it to "
             "evaluate every item"
         )
     if int(options.batch_size) < 1:
@@ -160,7 +160,7 @@ def check_options(options: EvaluateOptions) -> tuple[str, ...]:
     resolve_precision(options.precision)  # validates it
     out = Path(options.out).expanduser()
     if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file: give a folder for {RESULTS_FILE}")
+        raise ValueError(f"the output folder {out} is a file: give a folder for {RESULTS_FILE}")
     check_output_folder(out, options.overwrite)
     return tasks
 

@@ -163,18 +163,18 @@ def check_options(options: SideEffectsOptions) -> tuple[str, ...] | None:
     if 0 < options.max_tokens < options.seq_len:
         raise ValueError(
             f"max_tokens={options.max_tokens} is less than one window of seq_len="
-            f"{options.seq_len}: raise --max-tokens or lower --seq-len"
+            f"{options.seq_len}: raise max_tokens or lower seq_len"
         )
     if 0 < options.lens_tokens < options.seq_len:
         raise ValueError(
             f"lens_tokens={options.lens_tokens} is less than one window of seq_len="
-            f"{options.seq_len}: raise --lens-tokens, or 0 for no lens"
+            f"{options.seq_len}: raise lens_tokens, or 0 for no lens"
         )
     if not options.texts:
-        raise ValueError(f"give at least one text (--texts), e.g. {' '.join(DEFAULT_TEXTS)}")
+        raise ValueError(f"give at least one text (texts), e.g. {' '.join(DEFAULT_TEXTS)}")
     if options.limit is not None and (isinstance(options.limit, bool) or options.limit < 1):
         raise ValueError(
-            f"--limit must be a positive number of items, got {options.limit}; omit it to "
+            f"limit must be a positive number of items, got {options.limit}; omit it to "
             "evaluate every item"
         )
     resolve_precision(options.precision)
@@ -464,8 +464,7 @@ def compare_results(
         items_b, items_u = entry_b["items"], entry_u["items"]
         if [i["id"] for i in items_b] != [i["id"] for i in items_u]:
             raise ValueError(
-                f"{task}: the two evaluations scored different items: use the same --limit and "
-                "--seed"
+                f"{task}: the two evaluations scored different items: use the same limit and seed"
             )
         test = mcnemar_exact([i["correct"] for i in items_b], [i["correct"] for i in items_u])
         record: dict[str, Any] = {

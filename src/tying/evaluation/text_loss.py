@@ -76,7 +76,9 @@ def evaluate_text(options: EvalOptions) -> dict[str, Any]:
             "evaluate an earlier checkpoint (checkpoints/step-N)"
         )
     if loaded.tokenizer is None:
-        raise ValueError(f"{options.spec} has no tokenizer: pass --tokenizer")
+        raise ValueError(
+            f"{options.spec} has no tokenizer: set tokenizer (a tokenizer name or folder)"
+        )
     run_cfg = getattr(loaded, "train_config", None)
     seq_len = options.seq_len or (run_cfg.seq_len if run_cfg is not None else 256)
     source = resolve_source(options.data) if options.data else default_validation_source()

@@ -179,7 +179,9 @@ def _one_model(
 ) -> list[dict[str, Any]]:
     """Train/load the tuned lens of one model if asked, evaluate its lenses: the records."""
     if lm.tokenizer is None:
-        raise ValueError(f"{lm.spec}: the model has no tokenizer: pass --tokenizer")
+        raise ValueError(
+            f"{lm.spec}: the model has no tokenizer: set tokenizer (a tokenizer name or folder)"
+        )
     store = prepare_store(
         source,
         lm.tokenizer,
@@ -313,12 +315,14 @@ def run_trace(options: TraceOptions) -> TraceRun:
     from tying.lens.trace import format_trace, plot_trace, transition_trace
 
     if not options.prompt:
-        raise ValueError("give the text to trace with --prompt TEXT")
+        raise ValueError("give the text to trace (prompt)")
     device = resolve_device(options.device)
     lm = load_any(options.spec, tokenizer=options.tokenizer).to(device)
     tokenizer = lm.tokenizer
     if tokenizer is None:
-        raise ValueError(f"{options.spec} has no tokenizer: pass --tokenizer")
+        raise ValueError(
+            f"{options.spec} has no tokenizer: set tokenizer (a tokenizer name or folder)"
+        )
     ids = tokenizer.encode(options.prompt)
     if not ids:
         raise ValueError("the prompt encodes to no tokens")
