@@ -140,7 +140,7 @@ def write_bad_gsm8k(root: Path) -> Path:
     ("case", "error", "match"),
     [
         ("unknown task", ValueError, "unknown task 'gsm9k'"),
-        ("limit 0", ValueError, "--limit"),
+        ("limit 0", ValueError, "limit must be a positive number"),
         ("missing file", FileNotFoundError, "TYING_BENCH_DIR"),
         ("malformed file", ValueError, "not valid JSON"),
         ("no tokenizer", ValueError, "no tokenizer"),
