@@ -124,7 +124,7 @@ def default_target_modules(blocks: Iterable[nn.Module]) -> list[str]:
                 names[path.rsplit(".", 1)[-1]] = None
     if not names:
         raise ValueError(
-            "the model's blocks hold no linear layer for LoRA: pass --target-modules NAME ..."
+            "the model's blocks hold no linear layer for LoRA: set target_modules to the names of its linear layers"
         )
     return list(names)
 
@@ -142,7 +142,7 @@ def check_target_modules(model: nn.Module, targets: Iterable[str]) -> list[str]:
         paths = [p for p in modules if p == target or p.endswith("." + target)]
         if not paths:
             raise ValueError(
-                f"no module of the model is called {target!r}: choose --target-modules among "
+                f"no module of the model is called {target!r}: choose target_modules among "
                 "the linear layers of its blocks (e.g. q_proj, v_proj)"
             )
         bad = [p for p in paths if type(modules[p]).__name__ not in LINEAR_CLASSES]

@@ -7,21 +7,35 @@ so `tying --help` imports neither torch nor any verb. A verb module provides:
                                (`tying.config.add_config_arguments`)
     run(args) -> int | None    builds the options and calls the library function
 
-One error path for every verb (`main`): bad input (a `tying.config.ConfigError`, a
-ValueError, a missing file, ...) prints ONE line, `tying VERB: error: ...`, and exits with
-status 2; an unexpected failure prints one line and exits with 1; `--debug` (or
-TYING_DEBUG=1) shows the traceback instead. Ctrl-C exits with 130.
+One log for every verb: the library logs through `logging` (a logger per module, under
+"tying"); `main` sends the records to stderr as `tying VERB: message` (`tying VERB: warning:
+...` for warnings), at INFO for tying and WARNING for other libraries; `-q` / `--quiet` shows
+tying's warnings only, `-v` / `--verbose` its debug lines too (`-vv`: every library's). The
+flags go before or after the verb (`tying -q train ...`, `tying train ... -q`). A verb prints
+its own results (JSON, "wrote ..." lines) to stdout; progress bars stay on stderr.
+
+One error path for every verb (`main`): bad input (`USER_ERRORS`: a ValueError, which
+includes the project's own `tying.config.ConfigError` and `tying.interface.loss.TokenIdError`,
+a missing or existing file, ...) prints ONE line, `tying VERB: error: ...`, and exits with
+status 2; a failure the library explains itself (an exception with an `exit_status`, e.g. a
+diverged run) prints its message and exits with that status; anything else (IndexError,
+KeyError, NotImplementedError, ...) is a bug: its traceback is printed, then one line, and the
+exit status is 1. `--debug` (or TYING_DEBUG=1) re-raises every error with its traceback.
+Ctrl-C exits with 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib
+import logging
 import os
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
+import traceback
+from collections.abc import Iterator, Sequence
+from typing import NoReturn, TextIO
 
 #: verb -> (module, one-line help). Add one line here per new verb.
 VERBS: dict[str, tuple[str, str]] = {
@@ -73,7 +87,9 @@ VERBS: dict[str, tuple[str, str]] = {
     ),
 }
 
-#: Exceptions that mean "the input was wrong": one line, exit status 2.
+#: Exceptions that mean "the input was wrong": one line, exit status 2. The project's own user
+#: errors subclass ValueError (`ConfigError`, `TokenIdError`); everything else keeps its
+#: traceback (a bug must not read as bad input).
 USER_ERRORS: tuple[type[BaseException], ...] = (
     ValueError,
     FileNotFoundError,
@@ -81,9 +97,12 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     NotADirectoryError,
     IsADirectoryError,
     PermissionError,
-    NotImplementedError,
-    IndexError,
 )
+
+
+#: The global flags of verbosity, before the verb or among its own flags.
+QUIET_FLAGS = ("-q", "--quiet")
+VERBOSE_FLAGS = ("-v", "--verbose")
 
 
 class VerbParser(argparse.ArgumentParser):
@@ -107,7 +126,8 @@ def top_help() -> str:
         *(f"  {verb:<{width}}  {help_text}" for verb, (_, help_text) in VERBS.items()),
         "",
         "`tying VERB --help` lists every option of a verb with its default and unit.",
-        "Every verb takes --debug (or TYING_DEBUG=1) to show a traceback on error.",
+        "Every verb takes --debug (or TYING_DEBUG=1) to show a traceback on error, -q (warnings",
+        "only) and -v (debug lines; -vv: every library's too), before or after the verb.",
     ]
     return "\n".join(lines)
 
@@ -123,8 +143,105 @@ def build_parser(verb: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--debug", action="store_true", help="show the full traceback when something fails"
     )
+    parser.add_argument(
+        *QUIET_FLAGS, action="count", default=0, help="log warnings only (no progress lines)"
+    )
+    parser.add_argument(
+        *VERBOSE_FLAGS,
+        action="count",
+        default=0,
+        help="log debug lines too (-vv: those of other libraries as well)",
+    )
     parser.set_defaults(_run=module.run)
     return parser
+
+
+def log_levels(verbosity: int) -> tuple[int, int]:
+    """(level of the tying loggers, level of every other library's) for a verbosity: the
+    number of -v flags minus the number of -q flags."""
+    if verbosity < 0:
+        return logging.WARNING, logging.ERROR
+    if verbosity == 0:
+        return logging.INFO, logging.WARNING
+    if verbosity == 1:
+        return logging.DEBUG, logging.INFO
+    return logging.DEBUG, logging.DEBUG
+
+
+class _StderrHandler(logging.StreamHandler):
+    """A stream handler writing to the `sys.stderr` of the moment (tests replace it)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> TextIO:
+        """Always the current `sys.stderr`."""
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        """Ignored: the stream is looked up on each record."""
+
+
+class LogFormatter(logging.Formatter):
+    """`PROG: message`; `PROG: warning: message` (and error, critical); other libraries' and
+    debug records name their logger: `PROG: debug: [tying.kernels] message`."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__()
+        self.prog = prog
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.exc_info:
+            message += "\n" + self.formatException(record.exc_info)
+        ours = record.name == "tying" or record.name.startswith("tying.")
+        level = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
+        source = "" if ours and record.levelno > logging.DEBUG else f"[{record.name}] "
+        return f"{self.prog}: {level}{source}{message}"
+
+
+@contextlib.contextmanager
+def cli_logging(prog: str, verbosity: int) -> Iterator[None]:
+    """Log records to stderr in the CLI's format while a verb runs (see the module docstring);
+    the handler and levels are restored afterwards."""
+    root, ours = logging.getLogger(), logging.getLogger("tying")
+    saved = root.level, ours.level
+    handler = _StderrHandler()
+    handler.setFormatter(LogFormatter(prog))
+    ours_level, others_level = log_levels(verbosity)
+    root.addHandler(handler)
+    ours.setLevel(ours_level)
+    root.setLevel(others_level)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(saved[0])
+        ours.setLevel(saved[1])
+
+
+def _flag_verbosity(flag: str) -> int | None:
+    """The verbosity of one -q/-v flag (-qq: -2, --verbose: 1); None for any other argument."""
+    if flag in ("--quiet", "--verbose"):
+        return -1 if flag == "--quiet" else 1
+    if len(flag) > 1 and flag[0] == "-" and len(set(flag[1:])) == 1 and flag[1] in "qv":
+        return (len(flag) - 1) * (-1 if flag[1] == "q" else 1)
+    return None
+
+
+def _leading_verbosity(args: list[str]) -> tuple[int, list[str]]:
+    """The verbosity of the -q/-v flags given before the verb, and the arguments without them
+    (a `--debug` given there moves to just after the verb, for the verb's parser)."""
+    verbosity, rest, debug = 0, list(args), []
+    while rest and (rest[0] == "--debug" or _flag_verbosity(rest[0]) is not None):
+        flag = rest.pop(0)
+        if flag == "--debug":
+            debug = [flag]
+        else:
+            verbosity += _flag_verbosity(flag) or 0
+    return verbosity, rest[:1] + debug + rest[1:]
 
 
 def _fail(verb: str, message: str, status: int) -> int:
@@ -139,6 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `tying` console script; returns the exit status."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args_list or os.environ.get("TYING_DEBUG", "") not in ("", "0")
+    verbosity, args_list = _leading_verbosity(args_list)
     if not args_list or args_list[0] in ("-h", "--help"):
         print(top_help())
         return 0
@@ -155,7 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser(verb)
         args = parser.parse_args(args_list[1:])
-        return int(args._run(args) or 0)
+        verbosity += getattr(args, "verbose", 0) - getattr(args, "quiet", 0)
+        with cli_logging(f"tying {verb}", verbosity):
+            return int(args._run(args) or 0)
     except SystemExit as e:  # argparse (--help, usage errors) and verbs that exit
         return int(e.code) if isinstance(e.code, int) else (0 if e.code is None else 2)
     except KeyboardInterrupt:
@@ -171,9 +291,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = getattr(e, "exit_status", None)
         if isinstance(status, int):  # a failure the library explains itself (e.g. divergence)
             return _fail(verb, str(e), status)
+        traceback.print_exc()
         return _fail(
             verb,
-            f"{type(e).__name__}: {e} (an unexpected failure; rerun with --debug for the traceback)",
+            f"{type(e).__name__}: {e} (an unexpected failure, not bad input: the traceback is "
+            "above; please report it)",
             1,
         )
 

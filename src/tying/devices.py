@@ -1,28 +1,37 @@
-"""Device and precision: one convention for every verb.
+"""Device and precision: one convention for every verb, resolved here and nowhere else.
 
-- device "auto": CUDA when present, else the CPU;
+- device "auto" (or None): CUDA when present, else the CPU; a device named explicitly is
+  used as named, and CUDA asked for where there is none is bad input (a ValueError saying to
+  use cpu or auto), never a silent fall-back to the CPU: a run planned for a GPU must not
+  start on the CPU unnoticed;
 - compile "auto": `torch.compile` on CUDA with Triton (not on the CPU, not with per-step
   tensor hooks, not with TYING_COMPILE=0);
 - precision "auto": bf16 autocast where the hardware multiplies bf16 natively (a CUDA GPU with
   bf16, or a CPU with AVX512-BF16/AMX as oneDNN reports it), else fp32. Factorizations,
   log-sum-exp, KL and losses always run in float32/float64 whatever the autocast dtype.
+  Every verb's options declare `precision: Precision = "auto"`.
 """
 
 from __future__ import annotations
 
 import os
+import typing
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Literal
 
 import torch
 
+#: The precision setting of every verb (options field `precision: Precision = "auto"`).
 Precision = Literal["auto", "bf16", "fp32"]
-PRECISIONS = ("auto", "bf16", "fp32")
+PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     """`torch.device` of a device name; "auto" (or None) = cuda if available, else cpu.
+
+    The one device resolver of the project (see the module docstring): an explicit device is
+    used as named, never replaced by another.
 
     Raises:
         ValueError: an unknown device name, or CUDA asked for where there is none.
@@ -34,7 +43,9 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     except RuntimeError as e:
         raise ValueError(f"unknown device {device!r} ({e}); use auto, cpu or cuda[:N]") from None
     if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} asked for, but CUDA is not available; use cpu")
+        raise ValueError(
+            f"device {str(device)!r} asked for, but CUDA is not available here; use cpu or auto"
+        )
     return resolved
 
 
@@ -47,7 +58,8 @@ def cpu_has_fast_bf16() -> bool:
 
 
 def resolve_precision(precision: str, device: str | torch.device = "cpu") -> str:
-    """ "bf16" or "fp32" for a precision setting on `device` ("auto": see the module docstring).
+    """ "bf16" or "fp32" for a precision setting on `device` ("auto": see the module docstring);
+    the one precision resolver of every verb.
 
     Raises:
         ValueError: a precision other than auto, bf16, fp32.

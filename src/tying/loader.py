@@ -361,7 +361,7 @@ def load_for_export(path: str | Path) -> tuple[nn.Module, Any]:
     except FileNotFoundError:
         raise ValueError(
             f"{folder} is neither a converted model folder (config.json with a '{CONFIG_KEY}' "
-            "record, as written by `tying convert --out`) nor a training run with checkpoints"
+            "record, as a conversion writes it) nor a training run with checkpoints"
         ) from None
     model, _, cfg, _ = load_trained(folder)
     if not isinstance(model, HFCausalLM):

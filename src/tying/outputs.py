@@ -22,10 +22,10 @@ def check_output_folder(path: str | Path, overwrite: bool = False) -> Path:
     `overwrite`."""
     out = Path(path).expanduser()
     if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out} is a file, not a folder: choose another --out")
+        raise FileExistsError(f"{out} is a file, not a folder: choose another output folder")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(
-            f"{out} is not empty: choose another --out, or pass --overwrite to replace it"
+            f"{out} is not empty: choose another output folder, or set overwrite to replace it"
         )
     return out
 

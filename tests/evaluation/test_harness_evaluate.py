@@ -39,7 +39,13 @@ def reference_loglik(model, tok, prompt: str, target: str) -> tuple[float, int]:
 def test_limit_3_through_lm_eval(eval_model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
     out = tmp_path / "eval"
     options = EvaluateOptions(
-        spec=str(eval_model_dir), out=out, limit=3, seed=7, max_new_tokens=4, num_fewshot=0
+        spec=str(eval_model_dir),
+        out=out,
+        limit=3,
+        seed=7,
+        max_new_tokens=4,
+        num_fewshot=0,
+        precision="fp32",  # compared with a float32 forward pass below (auto may be bf16)
     )
     results = evaluate_model(options)
     assert json.loads((out / RESULTS_FILE).read_text()) == results
@@ -134,7 +140,7 @@ def write_bad_gsm8k(root: Path) -> Path:
     ("case", "error", "match"),
     [
         ("unknown task", ValueError, "unknown task 'gsm9k'"),
-        ("limit 0", ValueError, "--limit"),
+        ("limit 0", ValueError, "limit must be a positive number"),
         ("missing file", FileNotFoundError, "TYING_BENCH_DIR"),
         ("malformed file", ValueError, "not valid JSON"),
         ("no tokenizer", ValueError, "no tokenizer"),

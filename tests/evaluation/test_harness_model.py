@@ -65,9 +65,14 @@ def test_spec_loading_and_errors(tiny_teacher: Path, tmp_path: Path) -> None:
     ids = loaded.tokenizer("It was")["input_ids"]
     assert ids == loaded.tokenizer.backend_tokenizer.encode("It was").ids
     lm = get_model("tying").create_from_arg_string(
-        f"spec={tiny_teacher},dtype=float32", {"batch_size": 1, "device": "cuda:0"}
+        f"spec={tiny_teacher},dtype=float32", {"batch_size": 1, "device": "auto"}
     )
-    assert lm.device.type in ("cpu", "cuda")
+    assert lm.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():  # one device resolver: CUDA is refused, not replaced
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            get_model("tying").create_from_arg_string(
+                f"spec={tiny_teacher}", {"batch_size": 1, "device": "cuda:0"}
+            )
     assert lm.get_model_info()["model_spec"] == str(tiny_teacher)
 
     bare = tmp_path / "bare"
@@ -134,3 +139,10 @@ def test_adapter_is_applied_and_checked(tiny_teacher: Path, tmp_path: Path) -> N
     with pytest.raises(ValueError, match="not valid JSON"):
         check_adapter_base(tmp_path / "broken", other)
     assert json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["r"] == 4
+
+
+def test_logits_reach_lm_eval_in_float32(tiny_teacher: Path) -> None:
+    """Under bf16 autocast lm-eval sums log-softmaxes of the logits it gets: float32 ones."""
+    lm = TyingLM(spec=str(tiny_teacher), device="cpu", mixed_precision_dtype="bfloat16")
+    logits = lm._model_call(torch.tensor([[1, 2, 3, 4]]))
+    assert logits.dtype == torch.float32 and logits.shape[:2] == (1, 4)

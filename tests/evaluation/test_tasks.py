@@ -273,7 +273,7 @@ def test_seeded_subset_is_stable_nested_and_seeded():
 
 
 def test_seeded_subset_errors():
-    with pytest.raises(ValueError, match="--limit must be >= 1"):
+    with pytest.raises(ValueError, match="limit must be >= 1"):
         seeded_subset(_items(3), 0)
     with pytest.raises(ValueError, match="unique ids"):
         seeded_subset(_items(3) + _items(1), 2)

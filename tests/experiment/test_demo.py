@@ -96,5 +96,5 @@ def test_demo_cli(small_corpus, tiny_teacher, tmp_path, capsys) -> None:
     # a second run skips the finished runs
     mtime = (out / "runs" / "teacher-tt-s0" / "metrics.jsonl").stat().st_mtime_ns
     assert main(["demo", *_demo_args(small_corpus, tiny_teacher, out)]) == 0
-    assert "already finished" in capsys.readouterr().out
+    assert "already finished" in capsys.readouterr().err  # the log
     assert (out / "runs" / "teacher-tt-s0" / "metrics.jsonl").stat().st_mtime_ns == mtime

@@ -20,7 +20,7 @@ MINIMAL = repo_root() / "configs" / "experiments" / "minimal.yaml"
 
 def test_minimal_grid_report(small_corpus, tmp_path) -> None:
     cfg = load_experiment(MINIMAL, minimal_overrides(small_corpus, tmp_path / "exp"))
-    result = run_experiment(cfg, progress=False, log=lambda _: None)
+    result = run_experiment(cfg, progress=False)
     for path in (result.json_path, result.markdown_path, result.html_path):
         assert path.is_file() and path.stat().st_size > 0
     report = json.loads(result.json_path.read_text())
@@ -62,7 +62,7 @@ def test_resume_after_kill(small_corpus, tmp_path) -> None:
     # optimizer states kept: a run killed before its end was never pruned
     overrides = [*minimal_overrides(small_corpus, tmp_path / "exp"), "keep_optimizer_states=true"]
     cfg = load_experiment(MINIMAL, overrides)
-    run_grid(cfg, progress=False, log=lambda _: None)
+    run_grid(cfg, progress=False)
     first, second = (cfg.run_dir(s) for s in cfg.runs())
     max_steps = cfg.train_config(cfg.runs()[1]).max_steps
     # Simulate a kill of the second run after its step-2 checkpoint.
@@ -78,7 +78,7 @@ def test_resume_after_kill(small_corpus, tmp_path) -> None:
     assert run_state(first, max_steps) == "finished"
     assert run_state(second, max_steps) == "partial"
     before = (first / "metrics.jsonl").stat().st_mtime_ns, (first / DONE_FILE).read_text()
-    outcomes = run_grid(cfg, progress=False, log=lambda _: None)
+    outcomes = run_grid(cfg, progress=False)
     assert [o.state for o in outcomes] == ["finished", "partial"]
     assert ((first / "metrics.jsonl").stat().st_mtime_ns, (first / DONE_FILE).read_text()) == before
     assert run_state(second, max_steps) == "finished"
@@ -91,10 +91,10 @@ def test_changed_settings_are_refused(small_corpus, tmp_path) -> None:
 
     overrides = minimal_overrides(small_corpus, tmp_path / "exp")
     cfg = load_experiment(MINIMAL, [*overrides, "ties=[tt]"])
-    run_grid(cfg, progress=False, log=lambda _: None)
+    run_grid(cfg, progress=False)
     changed = load_experiment(MINIMAL, [*overrides, "ties=[tt]", "train.lr=1e-2"])
     with pytest.raises(ConfigError, match="lr"):
-        run_grid(changed, progress=False, log=lambda _: None)
+        run_grid(changed, progress=False)
 
 
 def test_config_errors() -> None:

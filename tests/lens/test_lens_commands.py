@@ -47,7 +47,7 @@ def test_lens_verb_logit_and_tuned(tmp_path, tiny_run, tiny_corpus, capsys) -> N
     saved = TunedLens.load(out / "tuned" / "tiny-tt")
     assert saved.n_entries == 5 and saved.training_record["steps"] == 3
     assert saved.training_record["first_window"] == 256 // 32
-    assert "tiny-tt (tuned lens)" in capsys.readouterr().out
+    assert "tying lens: tiny-tt (tuned lens)" in capsys.readouterr().err  # the log
 
     # the saved lenses are reused with --tuned-from: same numbers, no training
     again = tmp_path / "again"
@@ -57,7 +57,7 @@ def test_lens_verb_logit_and_tuned(tmp_path, tiny_run, tiny_corpus, capsys) -> N
     assert _run(lens_cmd, argv) == 0
     reused = json.loads((again / "lens.json").read_text())["models"][0]
     assert reused["kl"] == pytest.approx(records[1]["kl"], rel=1e-6, abs=1e-9)
-    assert "training a tuned lens" not in capsys.readouterr().out
+    assert "training a tuned lens" not in capsys.readouterr().err
 
 
 def test_lens_verb_rejects_bad_budget(tmp_path, tiny_run, capsys) -> None:

@@ -83,7 +83,9 @@ def test_trace_of_a_converted_hf_model_limits_candidates() -> None:
 def test_trace_bad_arguments(trained_decoder) -> None:
     lm = loaded(trained_decoder.model)
     ids = torch.tensor([1, 2, 3])
-    with pytest.raises(IndexError, match="outside the prompt"):
+    with pytest.raises(
+        ValueError, match=r"outside the prompt of 3 tokens: choose one in \[-3, 2\]"
+    ):
         transition_trace(lm, ids, position=3)
     with pytest.raises(ValueError, match="k must be"):
         transition_trace(lm, ids, k=0)

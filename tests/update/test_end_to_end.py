@@ -63,7 +63,7 @@ def test_finetune_evaluate_side_effects(tiny_base: Path, tmp_path: Path, capsys)
     ("case", "message"),
     [
         ("unknown task", "unknown task 'gsm9k'"),
-        ("limit 0", "--limit must be a positive number"),
+        ("limit 0", "limit must be a positive number"),
         ("missing file", "TYING_BENCH_DIR"),
         ("malformed file", "not valid JSON"),
         ("no tokenizer", "has no tokenizer"),

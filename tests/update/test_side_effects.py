@@ -61,7 +61,7 @@ def side(base: Path, updated: Path, out: Path, text: Path, **overrides) -> dict:
         progress=False,
     )
     settings.update(overrides)
-    report = run_side_effects(SideEffectsOptions(**settings), log=lambda _: None).report
+    report = run_side_effects(SideEffectsOptions(**settings)).report
     assert json.loads((out / SIDE_EFFECTS_FILE).read_text()) == report
     return report
 
@@ -199,7 +199,7 @@ def test_pit_decoder_interface_frozen_then_trained(
         ("foreign adapter", "another base model"),
         ("missing text", "not found"),
         ("other tokenizer", "do not share a tokenizer"),
-        ("limit 0", "--limit must be a positive number"),
+        ("limit 0", "limit must be a positive number"),
         ("unknown task", "unknown task 'gsm9k'"),
         ("no tokenizer", "has no tokenizer"),
         ("not empty", "is not empty"),

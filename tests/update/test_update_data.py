@@ -100,7 +100,7 @@ def test_tokenize_masks_cuts_and_skips() -> None:
     assert data.summary()["answer_tokens"] == 3 + 3
     no_eos = tokenize_examples(examples[:1], encode, max_seq_len=6, eos_id=None)
     assert no_eos.examples[0].ids == (97, 98, 99, 100)
-    with pytest.raises(ValueError, match="raise --max-seq-len"):
+    with pytest.raises(ValueError, match="raise max_seq_len"):
         tokenize_examples(examples[1:2], encode, max_seq_len=6)
 
 

@@ -5,6 +5,7 @@ identical bases compare as identical, and bad settings are refused before anythi
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -43,11 +44,17 @@ def _config(out: Path, bases: dict[str, str], **updates) -> ExperimentConfig:
     )
 
 
-def test_update_stage_end_to_end(tiny_base: Path, tmp_path: Path) -> None:
+def _stage_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "tying.experiment.updates"]
+
+
+def test_update_stage_end_to_end(
+    tiny_base: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     cfg = _config(tmp_path, {"control": str(tiny_base), "treatment": str(tiny_base)})
-    lines: list[str] = []
-    run_updates(cfg, progress=False, log=lines.append)
-    assert len(lines) == 2 * 4
+    caplog.set_level(logging.INFO, logger="tying")
+    run_updates(cfg, progress=False)
+    assert len(_stage_lines(caplog)) == 2 * 4
     for base in ("control", "treatment"):
         f = update_folders(cfg, base, "gsm8k")
         assert (base_eval_folder(cfg, base) / "results.json").is_file()
@@ -57,8 +64,9 @@ def test_update_stage_end_to_end(tiny_base: Path, tmp_path: Path) -> None:
         results = json.loads((f.eval / "results.json").read_text())
         assert results["run"]["adapter"] == str(f.adapter) and results["tasks"]["mbpp"]["n"] == 2
 
-    lines.clear()
-    run_updates(cfg, progress=False, log=lines.append)  # a rerun does nothing again
+    caplog.clear()
+    run_updates(cfg, progress=False)  # a rerun does nothing again
+    lines = _stage_lines(caplog)
     assert len(lines) == 8 and all(line.endswith("already done, skipped") for line in lines)
 
     report = analyze_updates(cfg, n_resamples=200)

@@ -18,8 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tying.config import config_from_args
-    from tying.experiment.demo import DemoOptions, demo_config, run_demo
+    from tying.experiment.demo import DemoOptions, demo_config, demo_summary, run_demo
 
     options = config_from_args(DemoOptions, args)
-    run_demo(demo_config(options), progress=options.progress)
+    print(demo_summary(run_demo(demo_config(options), progress=options.progress)))
     return 0

@@ -39,5 +39,6 @@ def run(args: argparse.Namespace) -> int:
     if args.train_only:
         run_grid(cfg, progress=not args.no_progress)
         return 0
-    run_experiment(cfg, progress=not args.no_progress)
+    result = run_experiment(cfg, progress=not args.no_progress)
+    print(f"wrote {result.json_path}, {result.markdown_path} and {result.html_path}")
     return 0

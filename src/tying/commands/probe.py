@@ -1,7 +1,8 @@
 """`tying probe SPEC [--against SPEC2] [--corpus PATH] --out DIR`: every view of a token interface.
 
 Writes DIR/probe.json (the numbers; layout in docs/metrics.md, "probe.json"), DIR/probe.md and
-DIR/probe.html (tables with units, plots) and PNG plots. Stage timings go to stderr. Exit
+DIR/probe.html (tables with units, plots) and PNG plots. Stage timings go to stderr (the log;
+`tying -q probe ...` hides them). Exit
 status: 0; 1 when a block failed (its {"error": ...} is in probe.json); 2 for bad arguments or
 a model that does not load.
 """
@@ -23,22 +24,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="torch threads (default: one per core; 1 can be faster on a busy machine)",
     )
-    parser.add_argument("--quiet", action="store_true", help="no stage lines on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
     from tying.config import config_from_args
-    from tying.probe import ProbeOptions, run_probe, stderr_log
-    from tying.probe.stages import quiet_log
+    from tying.probe import ProbeOptions, run_probe
 
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     options = config_from_args(ProbeOptions, args)
-    result = run_probe(options, log=quiet_log if args.quiet else stderr_log())
+    result = run_probe(options)
     timings = result.report["timings_s"]
     print(
         f"wrote {result.json_path}, {result.markdown_path}, {result.html_path} and "

@@ -472,8 +472,8 @@ def ensure_shards(
         if made_with.get("hash") != tok.hash:
             raise ValueError(
                 f"the shards in {folder} were made with tokenizer {made_with.get('name')!r}, not "
-                f"{tok.name!r}: tokenize the text again with `tying tokenize --tokenizer "
-                f"{tok.name}`, or point at the text itself"
+                f"{tok.name!r}: tokenize the text again with tokenizer "
+                f"{tok.name!r}, or point at the text itself"
             )
         return folder
     info = describe_source(source, text_field)
@@ -659,8 +659,7 @@ def open_shards(
                 f"vocabulary mismatch: the token shards in {folder} were made with tokenizer "
                 f"{tok.get('name')!r} (vocab_size {manifest.vocab_size}), the model has "
                 f"vocab_size {expected_vocab_size}; use the model's own tokenizer, or re-tokenize "
-                "the corpus with it (ensure_shards(..., tokenizer=...) / `tying tokenize "
-                "--tokenizer ...`)"
+                "the corpus with it"
             )
     if expected_tokenizer_hash is not None and expected_tokenizer_hash != tok.get("hash"):
         raise ValueError(

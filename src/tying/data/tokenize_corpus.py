@@ -68,7 +68,7 @@ def tokenize_corpus(options: TokenizeOptions) -> dict[str, Any]:
         folder = Path(options.out)
         if folder.exists() and any(folder.iterdir()) and not options.overwrite:
             raise FileExistsError(
-                f"{folder} is not empty: choose another --out, or pass --overwrite to replace it"
+                f"{folder} is not empty: choose another output folder, or set overwrite to replace it"
             )
         build_shards(source, folder, tokenizer, **kwargs)
     else:

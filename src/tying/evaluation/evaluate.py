@@ -39,6 +39,7 @@ import json
 import logging
 import math
 import os
+import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
@@ -50,7 +51,7 @@ from typing import Any
 import torch
 
 from tying.config import positional
-from tying.devices import PRECISIONS, resolve_device, resolve_precision
+from tying.devices import Precision, resolve_device, resolve_precision
 from tying.evaluation.stats import wilson_interval
 from tying.evaluation.tasks import TASKS, seeded_subset
 from tying.outputs import check_output_folder, output_folder
@@ -89,9 +90,9 @@ class EvaluateOptions:
             tasks' own (5). MBPP's 3 fixed examples are part of its prompts, HumanEval has none.
         device: auto (cuda if present), cpu or cuda[:N].
         dtype: weights dtype (float32, bfloat16, ...).
-        precision: fp32, bf16 (autocast around the float32 weights) or auto (bf16 where the
-            hardware has it); fp32 by default: bf16 rounds the reference log-likelihoods (a sum
-            of -704.27 nats came out as -704.0).
+        precision: auto (bf16 where the hardware has it, as every verb), bf16 (autocast
+            around the float32 weights) or fp32; bf16 rounds the reference log-likelihoods (a
+            sum of -704.27 nats came out as -704.0): choose fp32 to compare them to 0.01 nat.
         code_timeout_s: seconds each model-written program may run in the sandbox.
         reference_loglik: also score the references (ref_loglik_per_token); false skips it (the
             field is then null).
@@ -109,7 +110,7 @@ class EvaluateOptions:
     num_fewshot: int | None = None
     device: str = "auto"
     dtype: str = "float32"
-    precision: str = "fp32"
+    precision: Precision = "auto"
     code_timeout_s: float = 10.0
     reference_loglik: bool = True
     overwrite: bool = False
@@ -141,7 +142,7 @@ def check_options(options: EvaluateOptions) -> tuple[str, ...]:
     tasks = parse_tasks(options.tasks)
     if options.limit is not None and (isinstance(options.limit, bool) or int(options.limit) < 1):
         raise ValueError(
-            f"--limit must be a positive number of items, got {options.limit}; omit it to "
+            f"limit must be a positive number of items, got {options.limit}; omit it to "
             "evaluate every item"
         )
     if int(options.batch_size) < 1:
@@ -156,13 +157,10 @@ def check_options(options: EvaluateOptions) -> tuple[str, ...]:
         )
     if not math.isfinite(float(options.code_timeout_s)):
         raise ValueError(f"code timeout must be finite, got {options.code_timeout_s!r}")
-    if options.precision not in PRECISIONS:
-        raise ValueError(
-            f"precision must be one of {', '.join(PRECISIONS)}, got {options.precision!r}"
-        )
+    resolve_precision(options.precision)  # validates it
     out = Path(options.out).expanduser()
     if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file: give a folder for {RESULTS_FILE}")
+        raise ValueError(f"the output folder {out} is a file: give a folder for {RESULTS_FILE}")
     check_output_folder(out, options.overwrite)
     return tasks
 
@@ -208,6 +206,43 @@ def _quiet_lm_eval(level: int = logging.ERROR):
         logger.setLevel(previous)
 
 
+def quiet_git_commit_hash() -> str | None:
+    """lm-eval's `get_git_commit_hash` (`git describe --always`, else the commit of a `.git`
+    folder in the current directory) without git's own stderr: outside a repository lm-eval's
+    version lets git print `fatal: not a git repository` on the terminal; here git's message
+    goes to the log at debug level."""
+    from lm_eval.loggers.utils import get_commit_from_path
+
+    try:
+        done = subprocess.run(
+            ["git", "describe", "--always"],  # lm-eval's own probe
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        log.debug("no git commit for lm-eval's record: %s", e)
+        return get_commit_from_path(os.getcwd())
+    if done.returncode != 0:
+        log.debug("no git commit for lm-eval's record: %s", done.stderr.strip())
+        return get_commit_from_path(os.getcwd())
+    return done.stdout.strip()
+
+
+@contextmanager
+def _quiet_git_probe():
+    """lm-eval's `simple_evaluate` asks git for a commit hash: ask it quietly instead."""
+    import lm_eval.evaluator
+
+    probe = lm_eval.evaluator.get_git_commit_hash
+    lm_eval.evaluator.get_git_commit_hash = quiet_git_commit_hash
+    try:
+        yield
+    finally:
+        lm_eval.evaluator.get_git_commit_hash = probe
+
+
 def _run_lm_eval(
     lm: Any, task_name: str, indices: list[int] | None, options: EvaluateOptions
 ) -> tuple[list[dict], float]:
@@ -229,7 +264,7 @@ def _run_lm_eval(
         else None
     )
     start = time.perf_counter()
-    with _quiet_lm_eval():
+    with _quiet_lm_eval(), _quiet_git_probe():
         output = simple_evaluate(
             model=lm,
             tasks=[task_name],

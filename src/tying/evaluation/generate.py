@@ -6,7 +6,9 @@ for any causal LM the project loads (`tying.hf.TyingForCausalLM`, a converted or
 transformers model, either under a peft adapter), with less work per token:
 
 - one prefill forward over the left-padded prompts, then one forward per new token on the
-  last position only, reusing the model's KV cache (`past_key_values`);
+  last position only, reusing the model's KV cache (passed as `cache=` where the forward takes
+  that name, transformers 5.2x, else as `past_key_values=`; read from the output's field of
+  the same name, so no deprecated name is used and transformers warns about nothing);
 - positions as `generate` builds them: `cumsum(mask) - 1` (0 on padding) for the prompt,
   then `last + 1` per row, so left-padded rows see the positions of their unpadded prompt;
 - `logits_to_keep=1` (when the model's forward accepts it) so the head runs on one position;
@@ -46,6 +48,19 @@ def _forward_parameters(model: nn.Module) -> set[str]:
             break
         current = inner
     return names
+
+
+def cache_argument(forward_parameters: set[str]) -> str:
+    """The forward's keyword for the KV cache: "cache" where it takes that name (transformers
+    5.2x, where "past_key_values" is deprecated), else "past_key_values"."""
+    return "cache" if "cache" in forward_parameters else "past_key_values"
+
+
+def output_cache(output: Any) -> Any:
+    """The KV cache of a forward's output: its `cache` field where it has one (transformers
+    5.2x; reading `past_key_values` there warns), else `past_key_values`."""
+    fields = getattr(type(output), "__dataclass_fields__", {})
+    return output.cache if "cache" in fields else output.past_key_values
 
 
 def eos_ids_of(model: nn.Module, tokenizer: Any = None) -> list[int]:
@@ -97,8 +112,9 @@ def greedy_generate(
 
     Args:
         model: a causal LM whose forward takes `input_ids`, `attention_mask` (B, past + T),
-            `position_ids`, `past_key_values`, `use_cache` (and, optionally, `logits_to_keep`)
-            and returns `.logits` (B, T', V) and `.past_key_values` (transformers conventions).
+            `position_ids`, `cache` (or `past_key_values`), `use_cache` (and, optionally,
+            `logits_to_keep`) and returns `.logits` (B, T', V) and `.cache` (or
+            `.past_key_values`) (transformers conventions).
         input_ids: (B, T) prompt ids, LEFT-padded.
         attention_mask: (B, T), 1 on prompt tokens, 0 on padding; None = no padding.
         max_new_tokens: at most this many tokens are appended to each row (>= 0).
@@ -145,6 +161,7 @@ def greedy_generate(
     batch = input_ids.shape[0]
     accepts = _forward_parameters(model)
     extra = {"logits_to_keep": 1} if "logits_to_keep" in accepts else {}
+    cache_arg = cache_argument(accepts)
     eos_tensor = torch.tensor(eos, dtype=input_ids.dtype, device=device)
     window = max((len(s) for s in stop_strings), default=0) + STOP_WINDOW_SLACK
 
@@ -162,11 +179,11 @@ def greedy_generate(
                 input_ids=step_ids,
                 attention_mask=mask,
                 position_ids=step_positions,
-                past_key_values=cache,
                 use_cache=True,
+                **{cache_arg: cache},
                 **extra,
             )
-            cache = out.past_key_values
+            cache = output_cache(out)
             next_tokens = out.logits[:, -1].argmax(-1)
             next_tokens = torch.where(unfinished, next_tokens, pad_token_id)
             new_tokens.append(next_tokens)

@@ -21,6 +21,8 @@ lm-eval's own command line with it imported and our task folder included (see th
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,8 @@ import torch
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 
+from tying import devices
+from tying._compat import moved_attribute
 from tying.evaluation.generate import eos_ids_of, greedy_generate
 from tying.evaluation.loading import EvalModel, apply_adapter, load_for_evaluation, parse_dtype
 
@@ -36,20 +40,45 @@ MODEL_NAME = "tying"
 
 log = logging.getLogger(__name__)
 
+#: lm-eval's warnings about what `TyingLM` does on purpose (an instantiated model, one
+#: process): logged at debug level on this module's logger instead.
+EXPECTED_LM_EVAL_WARNINGS = (
+    "`pretrained` model kwarg is not of type `str`",
+    "Passed an already-initialized model through `pretrained`",
+)
+
 #: Generation options that keep decoding greedy (anything else goes to `generate`).
 _GREEDY_KEYS = {"do_sample", "temperature", "attention_mask"}
 
 
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    """The device to run on: `device`, or the CPU when a CUDA device is asked for (lm-eval's
-    default is "cuda:0") but none is available; None: CUDA if available, else the CPU."""
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    resolved = torch.device(device)
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        log.warning("device %s requested but CUDA is not available: running on the CPU", device)
-        return torch.device("cpu")
-    return resolved
+def __getattr__(name: str) -> Any:
+    """Old names kept for one release: `resolve_device` is `tying.devices.resolve_device`."""
+    if name == "resolve_device":
+        return moved_attribute(__name__, name, "tying.devices")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _ExpectedAtDebug(logging.Filter):
+    """Drops lm-eval's `EXPECTED_LM_EVAL_WARNINGS`, logging them at debug level here."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith(EXPECTED_LM_EVAL_WARNINGS):
+            log.debug("lm-eval (expected): %s", message)
+            return False
+        return True
+
+
+@contextmanager
+def _expected_lm_eval_warnings_at_debug() -> Iterator[None]:
+    """While HFLM is built around an instantiated model, its expected warnings go to debug."""
+    logger = logging.getLogger(HFLM.__module__)
+    expected = _ExpectedAtDebug()
+    logger.addFilter(expected)
+    try:
+        yield
+    finally:
+        logger.removeFilter(expected)
 
 
 @register_model(MODEL_NAME)
@@ -63,8 +92,9 @@ class TyingLM(HFLM):
         adapter: a peft adapter folder to apply on top.
         dtype: weights dtype ("float32", "bfloat16", ...); None: float32 for `spec`, an
             instantiated model's own.
-        device: where to run (default: an instantiated model stays where it is; a spec goes to
-            CUDA if available, else the CPU).
+        device: where to run, resolved by `tying.devices.resolve_device` ("auto": CUDA if
+            available, else the CPU; CUDA asked for where there is none is a ValueError).
+            Default: an instantiated model stays where it is, a spec goes to "auto".
         batch_size: requests per forward/generation batch (int, or lm-eval's "auto").
         **kwargs: other HFLM options (max_length, max_batch_size, mixed_precision_dtype, ...).
 
@@ -88,7 +118,7 @@ class TyingLM(HFLM):
         if isinstance(pretrained, (str, Path)):
             spec, pretrained = str(pretrained), None
         if pretrained is None:
-            run_device = resolve_device(device)
+            run_device = devices.resolve_device(device)
             if spec is None:
                 raise ValueError(
                     "the tying model needs spec=... (a run, checkpoint, model folder, .gguf file "
@@ -104,7 +134,7 @@ class TyingLM(HFLM):
                 )
             model = pretrained if adapter is None else apply_adapter(pretrained, adapter)
             if device is not None:
-                model.to(resolve_device(device))
+                model.to(devices.resolve_device(device))
             if dtype is not None:
                 model.to(parse_dtype(dtype))
             model.eval()
@@ -113,13 +143,21 @@ class TyingLM(HFLM):
                 model=model, tokenizer=tokenizer, name=name, spec="", adapter=adapter
             )
         self.loaded = loaded
-        super().__init__(
-            pretrained=loaded.model,
-            tokenizer=loaded.tokenizer,
-            backend="causal",
-            batch_size=batch_size,
-            **kwargs,
-        )
+        with _expected_lm_eval_warnings_at_debug():
+            super().__init__(
+                pretrained=loaded.model,
+                tokenizer=loaded.tokenizer,
+                backend="causal",
+                batch_size=batch_size,
+                **kwargs,
+            )
+
+    def _model_call(self, inps: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """lm-eval's forward (under its autocast), with the logits in float32: lm-eval takes
+        their log-softmax and sums the log-likelihoods outside the autocast, where bf16 logits
+        would round a sum of -704.27 nats to -704.0."""
+        logits = super()._model_call(inps, *args, **kwargs)
+        return logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
 
     # ------------------------------------------------------------------ generation
     def _model_generate(

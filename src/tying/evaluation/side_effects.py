@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -46,7 +47,7 @@ from tying.adapters import apply_adapter, causal_lm_of
 from tying.config import positional, to_dict
 from tying.data.batches import eval_batches
 from tying.data.corpus import default_validation_source, prepare_store
-from tying.devices import autocast_for, resolve_device, resolve_precision
+from tying.devices import Precision, autocast_for, resolve_device, resolve_precision
 from tying.evaluation.divergence import compare_chunks
 from tying.evaluation.stats import mcnemar_exact, paired_bootstrap
 from tying.lens.data import eval_window_count, window_batches
@@ -55,6 +56,8 @@ from tying.lens.logit_lens import LogitLens
 from tying.loader import LoadedModel, load_any, safe_name
 from tying.outputs import check_output_folder, output_folder
 from tying.paths import data_dir
+
+log = logging.getLogger(__name__)
 
 #: File name of the report in the output folder.
 SIDE_EFFECTS_FILE = "side_effects.json"
@@ -95,9 +98,9 @@ class SideEffectsOptions:
         max_new_tokens: generation length limit of the tasks (null = each task's own).
         num_fewshot: few-shot examples for GSM8K and SVAMP (null = 5).
         bootstrap_resamples: resamples of the paired bootstraps.
-        precision: fp32, bf16 or auto for the forward passes (log-sum-exp and KL in fp32
-            always); fp32 by default, so that the rounding of bf16 activations does not add to
-            the small differences measured.
+        precision: auto (bf16 where the hardware has it, as every verb), bf16 or fp32 for the
+            forward passes (log-sum-exp and KL in fp32 always); choose fp32 so that the
+            rounding of bf16 activations does not add to the small differences measured.
         device: auto (cuda if present), cpu or cuda[:N].
         overwrite: replace a non-empty output folder.
         progress: show progress bars.
@@ -121,7 +124,7 @@ class SideEffectsOptions:
     max_new_tokens: int | None = None
     num_fewshot: int | None = None
     bootstrap_resamples: int = 10000
-    precision: str = "fp32"
+    precision: Precision = "auto"
     device: str = "auto"
     overwrite: bool = False
     progress: bool = True
@@ -160,18 +163,18 @@ def check_options(options: SideEffectsOptions) -> tuple[str, ...] | None:
     if 0 < options.max_tokens < options.seq_len:
         raise ValueError(
             f"max_tokens={options.max_tokens} is less than one window of seq_len="
-            f"{options.seq_len}: raise --max-tokens or lower --seq-len"
+            f"{options.seq_len}: raise max_tokens or lower seq_len"
         )
     if 0 < options.lens_tokens < options.seq_len:
         raise ValueError(
             f"lens_tokens={options.lens_tokens} is less than one window of seq_len="
-            f"{options.seq_len}: raise --lens-tokens, or 0 for no lens"
+            f"{options.seq_len}: raise lens_tokens, or 0 for no lens"
         )
     if not options.texts:
-        raise ValueError(f"give at least one text (--texts), e.g. {' '.join(DEFAULT_TEXTS)}")
+        raise ValueError(f"give at least one text (texts), e.g. {' '.join(DEFAULT_TEXTS)}")
     if options.limit is not None and (isinstance(options.limit, bool) or options.limit < 1):
         raise ValueError(
-            f"--limit must be a positive number of items, got {options.limit}; omit it to "
+            f"limit must be a positive number of items, got {options.limit}; omit it to "
             "evaluate every item"
         )
     resolve_precision(options.precision)
@@ -461,8 +464,7 @@ def compare_results(
         items_b, items_u = entry_b["items"], entry_u["items"]
         if [i["id"] for i in items_b] != [i["id"] for i in items_u]:
             raise ValueError(
-                f"{task}: the two evaluations scored different items: use the same --limit and "
-                "--seed"
+                f"{task}: the two evaluations scored different items: use the same limit and seed"
             )
         test = mcnemar_exact([i["correct"] for i in items_b], [i["correct"] for i in items_u])
         record: dict[str, Any] = {
@@ -502,10 +504,9 @@ def _weighted_change(lens: dict[str, dict[str, Any]]) -> list[float] | None:
     return [sum(p["change"][i] * p["tokens"] for p in lens.values()) / total for i in range(n)]
 
 
-def run_side_effects(
-    options: SideEffectsOptions, log: Callable[[str], None] = print
-) -> SideEffectsRun:
-    """Measure the side effects of an update and write out/side_effects.json.
+def run_side_effects(options: SideEffectsOptions) -> SideEffectsRun:
+    """Measure the side effects of an update and write out/side_effects.json (one INFO line
+    per text on the `tying.evaluation.side_effects` logger).
 
     Raises:
         ValueError / FileNotFoundError / FileExistsError: bad options, a missing text or task
@@ -549,7 +550,7 @@ def run_side_effects(
             lens[name] = profile
             seconds[f"lens:{name}"] = time.perf_counter() - t0
         entry = texts[name]
-        log(
+        log.info(
             f"{name}: KL {entry['kl_nats']:.3g} nats/token, delta loss {entry['delta_loss']:+.4f} "
             f"nats/token, top-1 agreement {entry['top1_agreement']:.4f} ({entry['tokens']} tokens)"
         )

@@ -196,7 +196,7 @@ def seeded_subset(items: Sequence[ItemT], n: int, seed: int = 0) -> list[ItemT]:
         ValueError: n < 1 (e.g. ``--limit 0``) or duplicate ids.
     """
     if n < 1:
-        raise ValueError(f"a subset needs at least 1 item (--limit must be >= 1), got {n}")
+        raise ValueError(f"a subset needs at least 1 item (limit must be >= 1), got {n}")
     ids = [item.id for item in items]
     if len(set(ids)) != len(ids):
         raise ValueError("items must have unique ids to draw a seeded subset")

@@ -14,7 +14,7 @@ import torch
 
 from tying.config import positional
 from tying.data.corpus import default_validation_source, prepare_store, resolve_source
-from tying.devices import autocast_for, resolve_device, resolve_precision
+from tying.devices import Precision, autocast_for, resolve_device, resolve_precision
 from tying.loader import load_any
 from tying.train.evaluate import evaluate
 
@@ -41,7 +41,7 @@ class EvalOptions:
     seq_len: int | None = None
     batch_size: int = 8
     tokenizer: str | None = None
-    precision: str = "auto"
+    precision: Precision = "auto"
     device: str = "auto"
 
 
@@ -76,7 +76,9 @@ def evaluate_text(options: EvalOptions) -> dict[str, Any]:
             "evaluate an earlier checkpoint (checkpoints/step-N)"
         )
     if loaded.tokenizer is None:
-        raise ValueError(f"{options.spec} has no tokenizer: pass --tokenizer")
+        raise ValueError(
+            f"{options.spec} has no tokenizer: set tokenizer (a tokenizer name or folder)"
+        )
     run_cfg = getattr(loaded, "train_config", None)
     seq_len = options.seq_len or (run_cfg.seq_len if run_cfg is not None else 256)
     source = resolve_source(options.data) if options.data else default_validation_source()

@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,8 @@ from tying.experiment.config import (
     load_experiment,
 )
 from tying.experiment.runner import DONE_FILE, RunOutcome, run_grid, run_state
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -57,22 +59,20 @@ def write_report(report: dict[str, Any], out_dir: str | Path) -> tuple[Path, Pat
     return json_path, md, page
 
 
-def run_experiment(
-    cfg: ExperimentConfig, progress: bool = True, log: Callable[[str], None] = print
-) -> ExperimentResult:
-    """Train the grid (resumable), analyse the runs, write the report."""
+def run_experiment(cfg: ExperimentConfig, progress: bool = True) -> ExperimentResult:
+    """Train the grid (resumable), analyse the runs, write the report (progress lines on the
+    `tying.experiment.*` loggers; the caller reports the files written)."""
     from tying.experiment.analysis import analyze
 
-    outcomes = run_grid(cfg, progress=progress, log=log)
+    outcomes = run_grid(cfg, progress=progress)
     if cfg.updates.bases:
         from tying.experiment.updates import analyze_updates, run_updates
 
-        run_updates(cfg, progress=progress, log=log)
-    report = analyze(cfg, progress=progress, log=log)
+        run_updates(cfg, progress=progress)
+    report = analyze(cfg, progress=progress)
     if cfg.updates.bases:
         report["updates"] = analyze_updates(cfg)
     json_path, md, page = write_report(report, cfg.root)
-    log(f"wrote {json_path.name}, {md.name} and {page.name} in {cfg.root}")
     return ExperimentResult(json.loads(json_path.read_text()), json_path, md, page, outcomes)
 
 

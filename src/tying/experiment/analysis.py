@@ -22,8 +22,8 @@ Seed aggregate (one per mode × tie): `mode`, `tie`, `seeds` (count), and for ea
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,8 @@ from tying.config import to_dict
 from tying.experiment.config import AnalysisSettings, ExperimentConfig, RunSpec
 from tying.experiment.runner import read_done
 from tying.train.metrics import read_metrics, rolling_mean
+
+log = logging.getLogger(__name__)
 
 #: probe.json blocks copied into the per-run record.
 PROBE_KEYS = (
@@ -192,9 +194,7 @@ def run_lens(
     return run_lens_pipeline(options).records
 
 
-def analyze(
-    cfg: ExperimentConfig, progress: bool = True, log: Callable[[str], None] = print
-) -> dict[str, Any]:
+def analyze(cfg: ExperimentConfig, progress: bool = True) -> dict[str, Any]:
     """The report.json dict of a finished grid (probes and lens outputs under out_dir/analysis)."""
     settings = cfg.analysis
     root = cfg.root
@@ -202,7 +202,7 @@ def analyze(
     corpus = _eval_text(cfg)
     teacher = None
     if "teacher" in cfg.modes and settings.probe_teacher:
-        log(f"probe: teacher {cfg.teacher_model}")
+        log.info(f"probe: teacher {cfg.teacher_model}")
         teacher = _probe(cfg.teacher_model, analysis_dir / "probe" / "teacher", settings, corpus)
     runs = []
     for spec in cfg.runs():
@@ -219,7 +219,7 @@ def analyze(
         other = untied_counterpart(cfg, spec)
         against = str(cfg.run_dir(other)) if other is not None else None
         probe_dir = analysis_dir / "probe" / spec.name
-        log(f"probe: {spec.name}" + (f" against {other.name}" if other else ""))
+        log.info(f"probe: {spec.name}" + (f" against {other.name}" if other else ""))
         probe = _probe(
             str(run_dir),
             probe_dir,
@@ -237,7 +237,7 @@ def analyze(
         names = [r["name"] for r in runs]
         if "teacher" in cfg.modes and lens.include_teacher:
             specs, names = [cfg.teacher_model, *specs], ["teacher", *names]
-        log(f"lens ({lens.kind}): {len(specs)} models")
+        log.info(f"lens ({lens.kind}): {len(specs)} models")
         records = run_lens(cfg, specs, analysis_dir / "lens", progress=progress)
         per_model = len(records) // len(specs)
         for i, record in enumerate(records):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tying.config import ConfigError, from_dict, load_config, renamed
+from tying.devices import Precision
 from tying.interface import check_tie, ties
 from tying.train.config import TrainConfig
 
@@ -47,7 +48,7 @@ class LensSettings:
     data: str | None = None
     tuned_steps: int = 100
     tuned_tokens_per_step: int = 2048
-    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    precision: Precision = "auto"
     include_teacher: bool = True
 
     def __post_init__(self) -> None:

@@ -29,10 +29,10 @@ PIT converted by the fit on `DEMO_FIT_TOKENS` (16 s), `make demo` from a fresh c
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from tying.devices import Precision
 from tying.experiment.config import (
     AnalysisSettings,
     ExperimentConfig,
@@ -97,7 +97,7 @@ class DemoOptions:
     lens_tokens: int = 1024
     eval_tokens: int = 4096
     tokenizer: str | None = None
-    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    precision: Precision = "auto"
     update_task: str = "mbpp"
     update_steps: int = 4
     update_limit: int = 2
@@ -240,13 +240,16 @@ def format_summary(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def run_demo(cfg: ExperimentConfig, progress: bool = True, log: Callable[[str], None] = print):
-    """Run the demo experiment; prints the summary table and the report's path."""
+def run_demo(cfg: ExperimentConfig, progress: bool = True) -> Any:
+    """Run the demo experiment (an `ExperimentResult`; `demo_summary` is its text)."""
     from tying.experiment import run_experiment
 
-    result = run_experiment(cfg, progress=progress, log=log)
-    log(format_summary(summary_rows(result.report)))
-    for line in update_lines(result.report.get("updates")):
-        log(line)
-    log(f"report: {result.html_path}")
-    return result
+    return run_experiment(cfg, progress=progress)
+
+
+def demo_summary(result: Any) -> str:
+    """What `tying demo` prints: the summary table, one line per update and the report's path."""
+    lines = [format_summary(summary_rows(result.report))]
+    lines += update_lines(result.report.get("updates"))
+    lines.append(f"report: {result.html_path}")
+    return "\n".join(lines)

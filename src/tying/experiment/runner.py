@@ -16,8 +16,8 @@ State of a cell's folder:
 from __future__ import annotations
 
 import json
+import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,8 @@ from tying.experiment.config import ExperimentConfig, RunSpec
 from tying.train import checkpoint as ckpt
 from tying.train.config import TrainConfig
 from tying.train.metrics import METRICS_FILE, read_metrics
+
+log = logging.getLogger(__name__)
 
 DONE_FILE = "DONE.json"
 #: TrainConfig keys that may differ between the run that started a folder and a rerun.
@@ -137,19 +139,17 @@ def prune_optimizer_states(run_dir: str | Path) -> int:
     return freed
 
 
-def run_grid(
-    cfg: ExperimentConfig, progress: bool = True, log: Callable[[str], None] = print
-) -> list[RunOutcome]:
+def run_grid(cfg: ExperimentConfig, progress: bool = True) -> list[RunOutcome]:
     """Train every cell of the grid in order (finished ones skipped, partial ones resumed)."""
     outcomes = []
     specs = cfg.runs()
     for i, spec in enumerate(specs, 1):
-        log(f"[{i}/{len(specs)}] {spec.name}")
+        log.info(f"[{i}/{len(specs)}] {spec.name}")
         outcome = train_cell(cfg, spec, progress=progress)
         verb = {"finished": "already finished, skipped", "partial": "resumed and finished"}.get(
             outcome.state, "trained"
         )
-        log(
+        log.info(
             f"[{i}/{len(specs)}] {spec.name}: {verb} "
             f"(loss {outcome.result['final_loss']:.4f}, {outcome.result['elapsed_s']:.1f} s)"
         )

@@ -31,6 +31,7 @@ steps are the verbs' library functions with the experiment's option sections.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,10 @@ from typing import Any
 
 from tying.config import from_dict
 from tying.experiment.config import ExperimentConfig
+
+log = logging.getLogger(__name__)
+#: Where the LoRA updates' lines go (`tying.update.finetune` takes a log callable).
+finetune_log = logging.getLogger("tying.update.finetune")
 
 #: Files that mark a finished step.
 RESULTS_FILE = "results.json"
@@ -95,7 +100,7 @@ def _finetune(cfg: ExperimentConfig, spec: str, task: str, out: Path, progress: 
 
     data = {"seed": cfg.updates.seed, "progress": progress, **cfg.updates.finetune}
     data.update(spec=spec, task=task, out=str(out), resume=True)
-    finetune(from_dict(FinetuneOptions, data, source="updates.finetune"))
+    finetune(from_dict(FinetuneOptions, data, source="updates.finetune"), log=finetune_log.info)
 
 
 def _side_effects(
@@ -109,9 +114,7 @@ def _side_effects(
     run_side_effects(from_dict(SideEffectsOptions, data, source="updates.side_effects"))
 
 
-def run_updates(
-    cfg: ExperimentConfig, progress: bool = True, log: Callable[[str], None] = print
-) -> None:
+def run_updates(cfg: ExperimentConfig, progress: bool = True) -> None:
     """Evaluate, update and measure every base and task (finished steps skipped)."""
     u = cfg.updates
     steps = len(u.bases) * (1 + len(u.tasks) * (2 if u.skip_side_effects else 3))
@@ -121,9 +124,9 @@ def run_updates(
         nonlocal done
         done += 1
         if marker.is_file():
-            log(f"[update {done}/{steps}] {what}: already done, skipped")
+            log.info(f"[update {done}/{steps}] {what}: already done, skipped")
             return
-        log(f"[update {done}/{steps}] {what}")
+        log.info(f"[update {done}/{steps}] {what}")
         work()
 
     for base, model in u.bases.items():

@@ -19,6 +19,11 @@ weight_out; TT: weight; PIT: z and l_param).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import operator
+import types
+import typing
 from typing import Any
 
 import torch
@@ -38,7 +43,7 @@ from tying.decoder.decoder import Decoder, build_config_interface
 from tying.hf.modules import InterfaceHead
 from tying.interface import TokenInterface
 
-_MODEL_FIELDS = tuple(f for f in ModelConfig.__dataclass_fields__)
+_MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig))
 #: The output's KV-cache field: `cache` from transformers 5.2x, `past_key_values` before (the
 #: old name still works there, with a deprecation warning).
 _CACHE_FIELD = (
@@ -46,11 +51,53 @@ _CACHE_FIELD = (
 )
 
 
-class TyingConfig(PreTrainedConfig):
+def json_type(annotation: Any) -> Any:
+    """The JSON form of a field type: `tuple[X, ...]` becomes `list[X]` (inside unions too), as
+    a transformers config stores what its config.json holds; other types are kept."""
+    origin = typing.get_origin(annotation)
+    if origin is tuple:
+        return list[typing.get_args(annotation)[0]]
+    if origin in (typing.Union, types.UnionType):
+        return functools.reduce(operator.or_, (json_type(a) for a in typing.get_args(annotation)))
+    return annotation
+
+
+def model_config_fields(config_class: type = ModelConfig) -> dict[str, Any]:
+    """The class namespace that declares `config_class`'s fields on a transformers config:
+    `__annotations__` (JSON types, see `json_type`) and the defaults, derived from the
+    dataclass so that the two field lists cannot drift.
+
+    Raises:
+        TypeError: a field without a default (a transformers config needs one for each).
+    """
+    hints = typing.get_type_hints(config_class)
+    namespace: dict[str, Any] = {"__annotations__": {}}
+    for f in dataclasses.fields(config_class):
+        if f.default is dataclasses.MISSING:
+            if f.default_factory is dataclasses.MISSING:
+                raise TypeError(f"{config_class.__name__}.{f.name} has no default")
+            namespace[f.name] = dataclasses.field(default_factory=f.default_factory)
+        else:
+            namespace[f.name] = f.default
+        namespace["__annotations__"][f.name] = json_type(hints[f.name])
+    return namespace
+
+
+#: A transformers config declaring the `ModelConfig` fields (transformers reads a config's
+#: fields from its class annotations); `TyingConfig` adds the token ids and its methods.
+_ModelConfigFields = types.new_class(
+    "_ModelConfigFields",
+    (PreTrainedConfig,),
+    exec_body=lambda namespace: namespace.update(model_config_fields(), __module__=__name__),
+)
+
+
+class TyingConfig(_ModelConfigFields):  # type: ignore[misc, valid-type]
     """transformers config of the tying decoder: the `ModelConfig` fields plus the usual token ids.
 
-    Derived sizes (n_heads, n_kv_heads, d_ff) are resolved on construction.
-    Standard aliases: hidden_size, num_hidden_layers, num_attention_heads,
+    The `ModelConfig` fields are declared from the dataclass itself (`model_config_fields`), with
+    tuples as lists (config.json). Derived sizes (n_heads, n_kv_heads, d_ff) are resolved on
+    construction. Standard aliases: hidden_size, num_hidden_layers, num_attention_heads,
     num_key_value_heads, intermediate_size, max_position_embeddings.
     """
 
@@ -64,23 +111,6 @@ class TyingConfig(PreTrainedConfig):
         "max_position_embeddings": "max_seq_len",
     }
 
-    vocab_size: int = 50257
-    d_model: int = 256
-    n_layers: int = 4
-    n_heads: int | None = None
-    n_kv_heads: int | None = None
-    head_dim: int = 64
-    d_ff: int | None = None
-    norm: str = "rms"
-    norm_eps: float = 1e-5
-    tie: str = "tt"
-    max_seq_len: int = 1024
-    rope_theta: float = 10000.0
-    init_std: float = 0.02
-    input_grad_scale: float = 1.0
-    pit_trainable_z: bool = False
-    pit_diag_activation: str = "exp"
-    pit_diag_clamp: list[float] | None = None
     tie_word_embeddings: bool = False
     use_cache: bool = True
     bos_token_id: int | None = None

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import shutil
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,8 @@ from torch import nn
 
 from tying.hf.native import from_pretrained, is_converted_folder, load_tokenizer, quiet_transformers
 from tying.paths import cache_dir
+
+log = logging.getLogger(__name__)
 
 #: name -> (pip distribution, import name of its package, GGUF file inside the package folder).
 NAMED_MODELS: dict[str, tuple[str, str, str]] = {
@@ -121,7 +123,7 @@ def _write_cache(model: nn.Module, tokenizer: Any, folder: Path) -> None:
         except OSError:  # written meanwhile by another process: keep theirs
             shutil.rmtree(tmp, ignore_errors=True)
     except OSError as e:
-        warnings.warn(f"could not cache the dequantized model in {folder}: {e}", stacklevel=3)
+        log.warning("could not cache the dequantized model in %s: %s", folder, e)
 
 
 def _load_folder(folder: Path, dtype: torch.dtype) -> tuple[nn.Module, Any]:

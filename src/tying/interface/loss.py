@@ -500,12 +500,19 @@ def _ce_rows_grad(ctx, grad_out: Tensor):
 _ce_rows_op.register_autograd(_ce_rows_grad, setup_context=_ce_rows_setup)
 
 
+class TokenIdError(ValueError, IndexError):
+    """Token ids outside the vocabulary [0, V): bad input (data made by another tokenizer, a
+    model of another vocabulary), so a ValueError that the CLI prints as one line; also an
+    IndexError, as it was before, for callers that catch that."""
+
+
 def check_ids(
     ids: Tensor, vocab_size: int, what: str, hint: str = "", valid: Tensor | None = None
 ) -> None:
     """Refuse ids outside [0, V) (among the `valid` ones, where given).
 
-    On the CPU in eager mode: an IndexError "{what} {id} is outside the vocabulary [0, V){hint}"
+    On the CPU in eager mode: a `TokenIdError` (a ValueError and an IndexError)
+    "{what} {id} is outside the vocabulary [0, V){hint}"
     (reads the minimum and maximum back to the host). On CUDA and under `torch.compile`:
     `torch._assert_async`, which neither waits for the device nor breaks the compiled graph
     (a bad id fails the step with a RuntimeError; on CUDA, later): check ids where the data
@@ -524,7 +531,9 @@ def check_ids(
             lo, hi = int(check.min()), int(check.max())
             if lo < 0 or hi >= vocab_size:
                 bad = hi if hi >= vocab_size else lo
-                raise IndexError(f"{what} {bad} is outside the vocabulary [0, {vocab_size}){hint}")
+                raise TokenIdError(
+                    f"{what} {bad} is outside the vocabulary [0, {vocab_size}){hint}"
+                )
         return
     ok = (ids >= 0) & (ids < vocab_size)
     if valid is not None:

@@ -31,14 +31,14 @@ def eval_window_count(store: TokenStore, seq_len: int, max_tokens: int | None) -
     if n < 1:
         raise ValueError(
             f"the token store {store.folder} has {store.num_tokens} tokens, fewer than one "
-            f"window of seq_len + 1 = {seq_len + 1}: use a shorter --seq-len or more text"
+            f"window of seq_len + 1 = {seq_len + 1}: use a shorter seq_len or more text"
         )
     if max_tokens is None:
         return n
     if max_tokens < seq_len:
         raise ValueError(
             f"max_tokens={max_tokens} is less than one window of seq_len={seq_len}: raise "
-            "--max-tokens or lower --seq-len"
+            "max_tokens or lower seq_len"
         )
     return min(n, max_tokens // seq_len)
 
@@ -90,8 +90,8 @@ def training_steps(
     pool = np.asarray(list(windows), dtype=np.int64)
     if len(pool) == 0:
         raise ValueError(
-            "no training windows left after the evaluation windows: lower --max-tokens, or "
-            "pass --train-data with another text"
+            "no training windows left after the evaluation windows: lower max_tokens, or "
+            "give train_data, another text"
         )
     if steps < 1 or windows_per_step < 1:
         raise ValueError(

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -25,13 +26,15 @@ import torch
 from tying.config import positional
 from tying.data.batches import num_windows
 from tying.data.corpus import default_validation_source, prepare_store, resolve_source
-from tying.devices import autocast_for, resolve_device, resolve_precision
+from tying.devices import Precision, autocast_for, resolve_device, resolve_precision
 from tying.lens.data import eval_window_count, text_bytes, training_steps, window_batches
 from tying.lens.evaluate import evaluate_lens
 from tying.lens.logit_lens import LogitLens
 from tying.lens.plots import plot_lens_kl
 from tying.lens.tuned_lens import TunedLens, TunedLensTraining, describe_training, train_tuned_lens
 from tying.loader import LoadedModel, load_any
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -71,7 +74,7 @@ class LensOptions:
     seq_len: int = 256
     batch_size: int = 8
     chunk_tokens: int = 1024
-    precision: str = "auto"
+    precision: Precision = "auto"
     device: str = "auto"
     tokenizer: str | None = None
     train_steps: int = 250
@@ -133,8 +136,9 @@ def _unique(name: str, taken: set[str]) -> str:
     return candidate
 
 
-def run_lens(options: LensOptions, log: Callable[[str], None] = print) -> LensRun:
-    """Evaluate the lenses of every model in `options.specs` (see the module docstring).
+def run_lens(options: LensOptions) -> LensRun:
+    """Evaluate the lenses of every model in `options.specs` (see the module docstring); one
+    INFO line per lens and model on the `tying.lens.pipeline` logger.
 
     Raises:
         ValueError / FileNotFoundError: a model that does not load, has no tokenizer, or a
@@ -154,9 +158,9 @@ def run_lens(options: LensOptions, log: Callable[[str], None] = print) -> LensRu
         lm = load_any(spec, tokenizer=options.tokenizer).to(device)
         out.mkdir(parents=True, exist_ok=True)  # once a model loaded: a failed start writes nothing
         lm.name = _unique(lm.name, taken)
-        records += _one_model(options, lm, source, out, context, log)
+        records += _one_model(options, lm, source, out, context)
         timings[lm.name] = time.perf_counter() - start
-        log(f"{lm.name}: {timings[lm.name]:.1f} s")
+        log.info("%s: %.1f s", lm.name, timings[lm.name])
         json_path.write_text(json.dumps({"models": records}, indent=2) + "\n")
         del lm
         gc.collect()
@@ -172,11 +176,12 @@ def _one_model(
     source: str,
     out: Path,
     context: dict[str, Any],
-    log: Callable[[str], None],
 ) -> list[dict[str, Any]]:
     """Train/load the tuned lens of one model if asked, evaluate its lenses: the records."""
     if lm.tokenizer is None:
-        raise ValueError(f"{lm.spec}: the model has no tokenizer: pass --tokenizer")
+        raise ValueError(
+            f"{lm.spec}: the model has no tokenizer: set tokenizer (a tokenizer name or folder)"
+        )
     store = prepare_store(
         source,
         lm.tokenizer,
@@ -194,7 +199,7 @@ def _one_model(
         if options.tuned_from is not None:
             folder = Path(options.tuned_from) / lm.name
         else:
-            _train(options, lm, (source, store), n_eval, folder, context, log)
+            _train(options, lm, (source, store), n_eval, folder, context)
         lens = TunedLens.load(folder, map_location=context["device"])
         lens.check_compatible(lm)
         lenses.append(lens)
@@ -208,7 +213,7 @@ def _one_model(
         result.bytes = batches.bytes
         record = result.to_dict(lm.name, lens.kind)
         records.append(record)
-        log(
+        log.info(
             f"{lm.name} ({lens.kind} lens): {record['tokens']} tokens, KL bits/token "
             + " ".join(f"{v:.3f}" for v in record["kl"])
         )
@@ -222,7 +227,6 @@ def _train(
     n_eval: int,
     folder: Path,
     context: dict[str, Any],
-    log: Callable[[str], None],
 ) -> None:
     """Train a tuned lens for `lm` and save it to `folder`; `data` = (eval source, its store)."""
     source, store = data
@@ -254,13 +258,13 @@ def _train(
         batch_size=options.batch_size,
         seed=cfg.seed,
     )
-    log(f"{lm.name}: training a tuned lens, {describe_training(cfg)}")
+    log.info(f"{lm.name}: training a tuned lens, {describe_training(cfg)}")
     lens, history = train_tuned_lens(lm, steps, cfg, progress=options.progress, **context)
     lens.training_record["data"] = options.train_data or source
     lens.training_record["first_window"] = 0 if options.train_data else n_eval
     lens.training_record["seq_len"] = options.seq_len
     lens.save(folder)
-    log(
+    log.info(
         f"{lm.name}: tuned lens trained on {history.tokens} tokens, final training KL "
         f"{history.kl[-1]:.3f} bits/token (mean over entries 0..L-1), saved to {folder}"
     )
@@ -288,7 +292,7 @@ class TraceOptions:
     position: int = -1
     out: str | None = None
     tokenizer: str | None = None
-    precision: str = "auto"
+    precision: Precision = "auto"
     device: str = "auto"
 
 
@@ -311,12 +315,14 @@ def run_trace(options: TraceOptions) -> TraceRun:
     from tying.lens.trace import format_trace, plot_trace, transition_trace
 
     if not options.prompt:
-        raise ValueError("give the text to trace with --prompt TEXT")
+        raise ValueError("give the text to trace (prompt)")
     device = resolve_device(options.device)
     lm = load_any(options.spec, tokenizer=options.tokenizer).to(device)
     tokenizer = lm.tokenizer
     if tokenizer is None:
-        raise ValueError(f"{options.spec} has no tokenizer: pass --tokenizer")
+        raise ValueError(
+            f"{options.spec} has no tokenizer: set tokenizer (a tokenizer name or folder)"
+        )
     ids = tokenizer.encode(options.prompt)
     if not ids:
         raise ValueError("the prompt encodes to no tokens")

@@ -124,8 +124,8 @@ def transition_trace(
         The `Trace`.
 
     Raises:
-        ValueError: an empty prompt, a bad k or candidates count.
-        IndexError: a position outside the prompt.
+        ValueError: an empty prompt, a bad k or candidates count, a position outside the
+            prompt.
     """
     ids = input_ids.reshape(1, -1) if input_ids.dim() == 1 else input_ids
     if ids.dim() != 2 or ids.shape[0] != 1 or ids.shape[1] == 0:
@@ -134,7 +134,10 @@ def transition_trace(
         )
     T = ids.shape[1]
     if not -T <= position < T:
-        raise IndexError(f"position {position} is outside the prompt of {T} tokens")
+        raise ValueError(
+            f"position {position} is outside the prompt of {T} tokens: choose one in "
+            f"[{-T}, {T - 1}] (-1 = the last token)"
+        )
     position %= T
     V = model.vocab_size
     n = V if candidates is None else int(candidates)

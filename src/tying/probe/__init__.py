@@ -11,7 +11,7 @@
 - `corpus`: token counts of a text corpus (capped); `checkpoints`: a run's checkpoints.
 - `runner`: `run_probe` writes probe.json, probe.md, probe.html and the PNG plots; `report`:
   probe.md and probe.html (one `tying.report.Document`);
-  `plots`: the figures; `stages`: stage timings and stderr progress lines.
+  `plots`: the figures; `stages`: stage timings and progress lines (through `logging`).
 
 Every metric is defined in docs/metrics.md (the layout of probe.json too).
 """

@@ -54,7 +54,8 @@ def checkpoint_matrices(
         (step, E (V, d), U (V, d)) per checkpoint, in the given order.
 
     Raises:
-        KeyError: a checkpoint lacks one of the interface's tensors.
+        ValueError: a checkpoint lacks one of the interface's tensors (written by another
+            model).
     """
     prefix = module_prefix(model, interface)
     target = copy.deepcopy(interface).cpu()
@@ -66,9 +67,10 @@ def checkpoint_matrices(
             for key in keys:
                 name = prefix + key
                 if name not in stored:
-                    raise KeyError(
-                        f"{folder / 'model.safetensors'} has no tensor {name!r}; was this "
-                        "checkpoint written by the same model?"
+                    raise ValueError(
+                        f"{folder / 'model.safetensors'} has no tensor {name!r}: this "
+                        "checkpoint was not written by the probed model; give the checkpoints "
+                        "of the same run"
                     )
                 state[key] = f.get_tensor(name)
         target.load_state_dict(state)

@@ -68,7 +68,7 @@ def vocab_match(a: InterfaceMatrices, b: InterfaceMatrices) -> tuple[Tensor, Ten
     missing = "A" if a.tokens is None else "B"
     raise ValueError(
         f"cannot match the vocabularies: model {missing} has no tokenizer (V_A = "
-        f"{a.vocab_size}, V_B = {b.vocab_size}); pass --tokenizer / --against-tokenizer"
+        f"{a.vocab_size}, V_B = {b.vocab_size}); set tokenizer / against_tokenizer"
     )
 
 

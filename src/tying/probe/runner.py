@@ -29,7 +29,7 @@ from tying.analysis import IDENTITY_MODES, definition_parts
 from tying.config import positional
 from tying.probe import compare
 from tying.probe.matrices import MAPS, InterfaceMatrices, interface_matrices, model_info
-from tying.probe.stages import Log, Stages, quiet_log
+from tying.probe.stages import Stages
 
 #: Blocks that `ProbeOptions.skip` may name ("plots" turns the figures off).
 BLOCKS = (
@@ -424,15 +424,13 @@ class ProbeResult:
     errors: list[str]
 
 
-def run_probe(
-    options: ProbeOptions, out: str | Path | None = None, log: Log = quiet_log
-) -> ProbeResult:
-    """Probe a model (and compare it with `options.against`): probe.json, .md, .html, PNGs.
+def run_probe(options: ProbeOptions, out: str | Path | None = None) -> ProbeResult:
+    """Probe a model (and compare it with `options.against`): probe.json, .md, .html, PNGs;
+    one INFO line per stage start and end on the `tying.probe.stages` logger.
 
     Args:
         options: the model(s) and settings.
         out: output folder (created); None = `options.out`, else probe-<spec's last part>.
-        log: receives one line per stage start/end (e.g. `stages.stderr_log()`).
 
     Returns:
         The `ProbeResult`.
@@ -446,7 +444,7 @@ def run_probe(
 
     start = time.perf_counter()
     out = Path(out or options.out or f"probe-{Path(options.spec).name or 'model'}")
-    stages = Stages(log)
+    stages = Stages()
     report = _Report(stages)
     figures = _Figures()
     if "norm_frequency" not in options.skip:

@@ -1,22 +1,34 @@
-"""Timed, logged stages of a probe: `timings_s` in probe.json and progress lines on stderr."""
+"""Timed, logged stages of a probe: `timings_s` in probe.json and progress lines on the
+`tying.probe.stages` logger (INFO; the CLI shows them on stderr, `-q` hides them)."""
 
 from __future__ import annotations
 
-import sys
+import logging
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 Log = Callable[[str], None]
 
+log = logging.getLogger(__name__)
+
+
+def stage_log(message: str) -> None:
+    """The stages' default log: an INFO record on this module's logger."""
+    log.info("%s", message)
+
 
 def stderr_log(prefix: str = "tying probe") -> Log:
-    """A log that prints `prefix: message` to stderr (flushed: the stages can take minutes)."""
-
-    def log(message: str) -> None:
-        print(f"{prefix}: {message}", file=sys.stderr, flush=True)
-
-    return log
+    """Deprecated (removed in tying 0.3): the probe logs through `logging`; this returns
+    `stage_log` (the CLI prefixes the lines itself, so `prefix` is ignored)."""
+    warnings.warn(
+        "tying.probe.stderr_log is deprecated: the probe logs through logging (logger "
+        "tying.probe.stages); it will be removed in tying 0.3",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return stage_log
 
 
 def quiet_log(message: str) -> None:
@@ -33,7 +45,7 @@ class Stages:
     A stage entered twice adds up. Each stage logs its start and its time.
     """
 
-    def __init__(self, log: Log = quiet_log) -> None:
+    def __init__(self, log: Log = stage_log) -> None:
         self.log = log
         self.timings: dict[str, float] = {}
 

@@ -86,7 +86,7 @@ def _text_tokenizer(spec: str, tokenizer: Any) -> Any:
         if tokenizer is None:
             raise ValueError(
                 f"{spec} has no tokenizer to cut calibration text with: save one next to the "
-                "model, or use a closed form without data (--input-scale 1 --t-init output)"
+                "model, or use a closed form without data (input_scale=1, t_init=output)"
             ) from None
         return as_text_tokenizer(tokenizer, str(spec))
 

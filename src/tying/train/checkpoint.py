@@ -16,6 +16,7 @@ one, never a partial one that loads.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from collections.abc import Callable
@@ -27,6 +28,8 @@ from safetensors.torch import load_file, save_file
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
+
+logger = logging.getLogger(__name__)
 
 
 def _fsync_file(path: Path) -> None:
@@ -137,10 +140,10 @@ def latest_good_checkpoint(run_dir: str | Path) -> tuple[Path | None, list[str]]
 
 
 def checkpoint_to_resume(
-    run_dir: str | Path, log: Callable[[str], None], restart_hint: str
+    run_dir: str | Path, log: Callable[[str], None] | None = None, restart_hint: str = ""
 ) -> Path | None:
     """The newest good checkpoint of `run_dir` (None: it has none), each newer damaged one
-    skipped with a `log` line.
+    skipped with a warning (on `log` where given, else on this module's logger).
 
     Raises:
         ConfigError: there are checkpoints but none is good (`restart_hint` says what to do).
@@ -149,10 +152,15 @@ def checkpoint_to_resume(
 
     found, skipped = latest_good_checkpoint(run_dir)
     for problem in skipped:
-        log(f"resume: skipping a checkpoint: {problem}")
+        message = f"resume: skipping a checkpoint: {problem}"
+        if log is not None:
+            log(message)
+        else:
+            logger.warning("%s", message)
     if found is None and skipped:
+        hint = restart_hint or "start again in another output folder"
         raise ConfigError(
-            f"no intact checkpoint in {run_dir} to resume from ({skipped[-1]}); {restart_hint}"
+            f"no intact checkpoint in {run_dir} to resume from ({skipped[-1]}); {hint}"
         )
     return found
 

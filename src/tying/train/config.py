@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from tying.config import ConfigError, from_dict, renamed, tie_field
 from tying.conversion import FitOptions
+from tying.devices import Precision
 from tying.interface import check_tie, interface_class, ties
 from tying.interface.registry import check_interface_options
 from tying.train.distill import DistillConfig
@@ -135,7 +136,7 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
-    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    precision: Precision = "auto"
     compile: bool | Literal["auto"] = "auto"
     seed: int = 0
     deterministic: bool = True

@@ -87,7 +87,7 @@ def task_examples(task: str) -> list[Example]:
             Example(i.id, i.prompt, MBPP_FEWSHOT_TARGET.format(code=i.reference)) for i in items
         ]
     raise ValueError(
-        f"task {task!r} has no training split: use --task mbpp, --task gsm8k or a FILE.jsonl of "
+        f"task {task!r} has no training split: use task mbpp, gsm8k or a FILE.jsonl of "
         '{"prompt": ..., "completion": ...} records'
     )
 
@@ -103,7 +103,7 @@ def read_examples(path: str | Path) -> list[Example]:
     file = Path(path).expanduser()
     if not file.is_file():
         raise FileNotFoundError(
-            f"task file {file} not found: give --task mbpp, gsm8k or an existing .jsonl file"
+            f"task file {file} not found: give task mbpp, gsm8k or an existing .jsonl file"
         )
     examples = []
     try:
@@ -222,7 +222,7 @@ def tokenize_examples(
     if not kept:
         raise ValueError(
             f"every prompt is at least max_seq_len={max_seq_len} tokens long, so no answer token "
-            "is left to train on: raise --max-seq-len"
+            "is left to train on: raise max_seq_len"
         )
     return TokenizedSet(kept, truncated, skipped)
 
