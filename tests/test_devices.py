@@ -73,11 +73,6 @@ def _verb_options() -> list:
     from tying.train.config import TrainConfig
     from tying.update import FinetuneOptions
 
-    merging = pytest.mark.xfail(
-        strict=True,
-        reason="update/finetune.py is being merged into the training loop (issue 27 item 2): "
-        "its FinetuneOptions.precision is still a plain str",
-    )
     return [
         TrainConfig,
         EvalOptions,
@@ -87,7 +82,7 @@ def _verb_options() -> list:
         SideEffectsOptions,
         LensSettings,
         DemoOptions,
-        pytest.param(FinetuneOptions, marks=merging),
+        FinetuneOptions,
     ]
 
 

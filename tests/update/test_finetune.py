@@ -168,10 +168,10 @@ def test_resume_refuses_other_settings(tiny_base: Path, tmp_path: Path, capsys) 
     assert main([*argv, "--resume", "--rank", "4"]) == 2
     assert error_line(capsys.readouterr().err).endswith(
         "it was trained with rank=8, this run asks for rank=4; resume with the same setting, or "
-        "choose another --out"
+        "choose another output folder"
     )
     assert main(argv) == 2  # a non-empty folder without --resume
-    assert "pass --resume" in error_line(capsys.readouterr().err)
+    assert "set resume" in error_line(capsys.readouterr().err)
 
 
 def test_an_old_checkpoint_is_refused_with_one_line(
@@ -203,7 +203,7 @@ def test_an_old_checkpoint_is_refused_with_one_line(
         ("missing file", "not found"),
         ("malformed file", "not valid JSON"),
         ("no tokenizer", "has no tokenizer"),
-        ("negative steps", "--max-steps must be >= 0"),
+        ("negative steps", "max_steps must be >= 0"),
         ("bad target", "no module of the model is called 'qkv'"),
         ("non-linear target", "not a linear layer"),
     ],

@@ -14,9 +14,9 @@ loop       -> `tying.train.loop.run_loop`: micro-batches (gradient accumulation)
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
-import sys
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -271,8 +271,9 @@ def train(cfg: TrainConfig, setup: TrainingSetup | None = None) -> TrainResult:
         cleanup(info)
 
 
-def _log(message: str) -> None:
-    print(f"tying train: {message}", file=sys.stderr, flush=True)
+#: This module's log (the CLI formats it as "tying train: ..."); progress lines at INFO.
+logger = logging.getLogger(__name__)
+_log = logger.info
 
 
 def _seed_and_kernels(cfg: TrainConfig, info: DistInfo) -> None:

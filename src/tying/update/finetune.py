@@ -30,10 +30,10 @@ and the position in the seeded example order.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import shutil
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +51,7 @@ from tying.adapters import (
     write_adapter_record,
 )
 from tying.config import ConfigError, from_dict, positional, to_dict
-from tying.devices import autocast_for, resolve_device, resolve_precision
+from tying.devices import Precision, autocast_for, resolve_device, resolve_precision
 from tying.loader import load_any
 from tying.train import checkpoint as ckpt
 from tying.train.distributed import DistInfo
@@ -149,7 +149,7 @@ class FinetuneOptions:
     checkpoint_every: int = 50
     keep_last: int = 2
     resume: bool = False
-    precision: str = "auto"
+    precision: Precision = "auto"
     device: str = "auto"
     tensorboard: bool = False
     progress: bool = True
@@ -208,24 +208,25 @@ def check_options(options: FinetuneOptions) -> None:
             raise ValueError(f"{name} must be >= 1, got {value}")
     if options.max_steps is not None and options.max_steps < 0:
         raise ValueError(
-            f"--max-steps must be >= 0, got {options.max_steps}; omit it for `epochs` passes"
+            f"max_steps must be >= 0, got {options.max_steps}; leave it unset for `epochs` passes"
         )
     if options.max_seq_len < 2:
-        raise ValueError(f"--max-seq-len must be >= 2 tokens, got {options.max_seq_len}")
+        raise ValueError(f"max_seq_len must be >= 2 tokens, got {options.max_seq_len}")
     OptimizerSettings.of(options)
     if not options.alpha > 0:
-        raise ValueError(f"--alpha must be > 0, got {options.alpha}")
+        raise ValueError(f"alpha must be > 0, got {options.alpha}")
     if not 0.0 <= options.dropout < 1.0:
-        raise ValueError(f"--dropout must be in [0, 1), got {options.dropout}")
+        raise ValueError(f"dropout must be in [0, 1), got {options.dropout}")
     if options.checkpoint_every < 0:
         raise ValueError(f"checkpoint_every must be >= 0, got {options.checkpoint_every}")
     if options.target_modules is not None and not options.target_modules:
-        raise ValueError("--target-modules needs at least one module name")
+        raise ValueError("target_modules needs at least one module name")
     resolve_precision(options.precision)
 
 
-def _log(message: str) -> None:
-    print(f"tying finetune: {message}", file=sys.stderr, flush=True)
+#: This module's log (the CLI formats it as "tying finetune: ..."); progress lines at INFO.
+logger = logging.getLogger(__name__)
+_log = logger.info
 
 
 def _resume_point(options: FinetuneOptions, out: Path, log: Callable[[str], None]) -> Path | None:
@@ -234,11 +235,11 @@ def _resume_point(options: FinetuneOptions, out: Path, log: Callable[[str], None
     if not options.resume:
         if out.exists() and (not out.is_dir() or any(p.name != LOCK_FILE for p in out.iterdir())):
             raise FileExistsError(
-                f"{out} is not empty: pass --resume to continue the run in it, or choose "
-                "another --out (nothing was overwritten)"
+                f"{out} is not empty: set resume to continue the run in it, or choose "
+                "another output folder (nothing was overwritten)"
             )
         return None
-    found = ckpt.checkpoint_to_resume(out, log, "start again in another --out")
+    found = ckpt.checkpoint_to_resume(out, log, "start again in another output folder")
     if found is None:
         return None
     saved = from_dict(
@@ -251,7 +252,7 @@ def _resume_point(options: FinetuneOptions, out: Path, log: Callable[[str], None
             raise ConfigError(
                 f"cannot resume {out}: it was trained with {key}={getattr(saved, key)!r}, this "
                 f"run asks for {key}={getattr(options, key)!r}; resume with the same setting, or "
-                "choose another --out"
+                "choose another output folder"
             )
     return found
 
@@ -312,7 +313,7 @@ class AdapterWeights(TrainWeights):
         if any(isinstance(p, int) for g in groups for p in g.get("params", [])):
             raise ConfigError(
                 "this checkpoint was written by an older tying finetune, whose optimizer state "
-                "cannot be resumed; start again in another --out"
+                "cannot be resumed; start again in another output folder"
             )
         super().load(model_state, optimizer_state)
 
