@@ -165,6 +165,31 @@ def checkpoint_to_resume(
     return found
 
 
+def resume_checkpoint(
+    run_dir: str | Path,
+    resume: bool,
+    refusal: Exception | None,
+    check: Callable[[dict[str, Any], Path], None],
+    log: Callable[[str], None] | None = None,
+    restart_hint: str = "",
+) -> Path | None:
+    """Where a run starts, the one resume point of `tying train` and `tying finetune`.
+
+    Without `resume`: raise `refusal` if the caller found the folder already used (it says
+    what to do; nothing is overwritten), else None (start). With `resume`: the newest good
+    checkpoint (`checkpoint_to_resume`), after `check(trainer_state, checkpoint)` has accepted
+    the settings it was saved with; None where the folder has no checkpoint yet.
+    """
+    if not resume:
+        if refusal is not None:
+            raise refusal
+        return None
+    found = checkpoint_to_resume(run_dir, log, restart_hint)
+    if found is not None:
+        check(read_trainer_state(found), found)
+    return found
+
+
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
     """Complete checkpoints of a run, oldest first."""
     root = Path(run_dir) / CHECKPOINT_DIR

@@ -135,21 +135,20 @@ def _resume_point(cfg: TrainConfig, log: Any) -> Path | None:
     checkpoints and resume=false is refused (nothing is overwritten).
     """
     run_dir = Path(cfg.out)
-    if not cfg.resume:
-        if ckpt.list_checkpoints(run_dir):
-            raise ConfigError(
-                f"{run_dir} already holds checkpoints of a run: pass resume=true to continue "
-                "it, or choose another out (nothing was overwritten)"
-            )
-        return None
-    found = ckpt.checkpoint_to_resume(run_dir, log, "start again with resume=false in another out")
-    if found is None:
-        return None
-    saved = saved_train_config(
-        ckpt.read_trainer_state(found)["config"], source=str(found / "trainer.json")
+    refusal = None
+    if ckpt.list_checkpoints(run_dir):
+        refusal = ConfigError(
+            f"{run_dir} already holds checkpoints of a run: pass resume=true to continue "
+            "it, or choose another out (nothing was overwritten)"
+        )
+
+    def check(state: dict[str, Any], found: Path) -> None:
+        saved = saved_train_config(state["config"], source=str(found / "trainer.json"))
+        check_resume_compatible(saved, cfg, run_dir)
+
+    return ckpt.resume_checkpoint(
+        run_dir, cfg.resume, refusal, check, log, "start again with resume=false in another out"
     )
-    check_resume_compatible(saved, cfg, run_dir)
-    return found
 
 
 def _distilling(model: nn.Module) -> bool:

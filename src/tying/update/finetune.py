@@ -232,29 +232,26 @@ _log = logger.info
 def _resume_point(options: FinetuneOptions, out: Path, log: Callable[[str], None]) -> Path | None:
     """The checkpoint to continue from (None: start), after checking the settings; refuses an
     output folder that holds files unless resume (its lock file aside)."""
-    if not options.resume:
-        if out.exists() and (not out.is_dir() or any(p.name != LOCK_FILE for p in out.iterdir())):
-            raise FileExistsError(
-                f"{out} is not empty: set resume to continue the run in it, or choose "
-                "another output folder (nothing was overwritten)"
-            )
-        return None
-    found = ckpt.checkpoint_to_resume(out, log, "start again in another output folder")
-    if found is None:
-        return None
-    saved = from_dict(
-        FinetuneOptions,
-        ckpt.read_trainer_state(found)["options"],
-        source=str(found / "trainer.json"),
+    refusal = None
+    if out.exists() and (not out.is_dir() or any(p.name != LOCK_FILE for p in out.iterdir())):
+        refusal = FileExistsError(
+            f"{out} is not empty: set resume to continue the run in it, or choose "
+            "another output folder (nothing was overwritten)"
+        )
+
+    def check(state: dict[str, Any], found: Path) -> None:
+        saved = from_dict(FinetuneOptions, state["options"], source=str(found / "trainer.json"))
+        for key in RESUME_KEYS:
+            if getattr(saved, key) != getattr(options, key):
+                raise ConfigError(
+                    f"cannot resume {out}: it was trained with {key}={getattr(saved, key)!r}, "
+                    f"this run asks for {key}={getattr(options, key)!r}; resume with the same "
+                    "setting, or choose another output folder"
+                )
+
+    return ckpt.resume_checkpoint(
+        out, options.resume, refusal, check, log, "start again in another output folder"
     )
-    for key in RESUME_KEYS:
-        if getattr(saved, key) != getattr(options, key):
-            raise ConfigError(
-                f"cannot resume {out}: it was trained with {key}={getattr(saved, key)!r}, this "
-                f"run asks for {key}={getattr(options, key)!r}; resume with the same setting, or "
-                "choose another output folder"
-            )
-    return found
 
 
 class ExampleBatches:
