@@ -18,8 +18,10 @@ __version__ = "0.2.0"
 
 _compat.install()
 
-#: Public name -> module that defines it (imported lazily by `__getattr__`).
+#: Public name -> module that defines it, or "module:attribute" (imported lazily by
+#: `__getattr__`). `tying.load(spec, ...)` is the one entry point for any model by SPEC.
 _LAZY = {
+    "load": "tying.loader:load_any",
     "PseudoInverseTying": "tying.interface",
     "TokenInterface": "tying.interface",
     "TransposeTying": "tying.interface",
@@ -37,11 +39,13 @@ if TYPE_CHECKING:
         build_interface,
         linear_cross_entropy,
     )
+    from tying.loader import load_any as load
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module, _, attribute = _LAZY[name].partition(":")
+        return getattr(importlib.import_module(module), attribute or name)
     raise AttributeError(f"module 'tying' has no attribute {name!r}")
 
 
@@ -53,4 +57,5 @@ __all__ = [
     "__version__",
     "build_interface",
     "linear_cross_entropy",
+    "load",
 ]
