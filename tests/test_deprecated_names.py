@@ -19,6 +19,7 @@ MOVED = [
     ("tying.interface.factory", "build_interface", "tying.interface.registry"),
     ("tying.hf.calibrate", "fit_pit", "tying.conversion"),
     ("tying.hf.calibrate", "FitOptions", "tying.conversion"),
+    ("tying.hf.adapters", "get_adapter", "tying.hf.families"),
     ("tying.train.loop", "train", "tying.train.run"),
     ("tying.train.loop", "TrainResult", "tying.train.run"),
     ("tying.train.loop", "MODEL_KEYS", "tying.train.run"),

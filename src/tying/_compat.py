@@ -24,6 +24,7 @@ MOVED_MODULES: dict[str, str] = {
     "tying.experiments.teacher_init": "tying.teacher.step0",
     "tying.interface.factory": "tying.interface.registry",
     "tying.hf.calibrate": "tying.conversion",
+    "tying.hf.adapters": "tying.hf.families",
 }
 
 #: Names that `tying.model` exported and that now live outside `tying.decoder`.

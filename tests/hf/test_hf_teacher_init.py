@@ -9,7 +9,7 @@ import torch
 
 from tying.conversion import T_INITS, FitOptions, capture_teacher, step0_kl
 from tying.hf import HFCausalLM, convert, export, from_pretrained, interface_of
-from tying.hf.adapters import get_adapter
+from tying.hf.families import get_adapter
 from tying.interface.linalg import orthonormal_from_gaussian
 
 from .conftest import HIDDEN, VOCAB, ids, tiny_model

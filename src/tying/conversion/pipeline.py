@@ -241,7 +241,7 @@ def convert(
 
     Args:
         model: a `transformers` causal LM of a supported architecture
-            (`tying.hf.adapters.supported_model_types()`, with `tying.hf` imported), not yet
+            (`tying.hf.families.supported_model_types()`, with `tying.hf` imported), not yet
             converted, or an `InterfaceModel` such as our decoder (any tie).
         tie: a registered interface name ("untied", "tt", "pit").
         source: TT/PIT only: the teacher matrix the interface is built from,

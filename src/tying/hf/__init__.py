@@ -12,11 +12,11 @@ it read transformers models (`tying.hf.convert.TransformersKind`). See docs/hf.m
 """
 
 from tying.conversion import DEFAULT_T_INIT, ConversionReport
-from tying.hf.adapters import ADAPTERS, Adapter, get_adapter, supported_model_types
 from tying.hf.causal_lm import HFCausalLM
 from tying.hf.convert import conversion_report, convert, interface_of, is_converted
 from tying.hf.decoder_lm import TyingConfig, TyingForCausalLM, register_auto
 from tying.hf.export import export
+from tying.hf.families import ADAPTERS, Adapter, get_adapter, supported_model_types
 from tying.hf.loading import NAMED_MODELS, load, named_model_path
 from tying.hf.modules import InterfaceEmbedding, InterfaceHead
 from tying.hf.native import from_pretrained, is_converted_folder

@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tying.conversion.model import unwrap_model
-from tying.hf.adapters import Adapter, get_adapter
 from tying.hf.convert import interface_of, is_converted
+from tying.hf.families import Adapter, get_adapter
 from tying.interface.base import TokenInterface
 
 

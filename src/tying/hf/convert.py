@@ -10,7 +10,7 @@ this module is what it needs of a transformers model, its *kind*
 
 - reading: the teacher matrices E0 (the embedding weight, without any embed_scale) and U0
   (the head weight, `nn.Linear` layout), the head bias, the trunk, the final norm and the
-  logit soft-capping, through the family's `tying.hf.adapters.Adapter`;
+  logit soft-capping, through the family's `tying.hf.families.Adapter`;
 - writing: `install_interface` and the record in `config.tying` (`CONFIG_KEY`).
 
 transformers 5 ties `lm_head.weight` to the embedding by parameter name
@@ -38,7 +38,7 @@ from tying.conversion.model import (
     softcapped,
     unwrap_model,
 )
-from tying.hf.adapters import Adapter, get_adapter
+from tying.hf.families import Adapter, get_adapter
 from tying.hf.modules import INTERFACE_ATTR, InterfaceEmbedding, InterfaceHead
 from tying.hf.state import CONFIG_KEY, interface_record
 from tying.interface import TokenInterface

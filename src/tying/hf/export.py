@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from tying.conversion.model import unwrap_model
-from tying.hf.adapters import get_adapter
 from tying.hf.convert import interface_of
+from tying.hf.families import get_adapter
 from tying.hf.modules import INTERFACE_ATTR
 from tying.hf.state import CONFIG_KEY
 

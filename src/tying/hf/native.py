@@ -23,8 +23,8 @@ from safetensors import safe_open
 from torch import Tensor, nn
 
 from tying.conversion.report import ConversionReport
-from tying.hf.adapters import get_adapter
 from tying.hf.convert import REPORT_ATTR, install_interface
+from tying.hf.families import get_adapter
 from tying.hf.modules import INTERFACE_ATTR
 from tying.hf.state import CONFIG_KEY, empty_interface
 

@@ -27,7 +27,7 @@ from tying.conversion.model import scale_norm_output_
 
 #: What an adapter must provide, quoted in the error for unsupported architectures.
 ADAPTER_REQUIREMENTS = (
-    "an adapter (tying.hf.adapters.Adapter, registered in tying.hf.adapters.ADAPTERS under the "
+    "an adapter (tying.hf.families.Adapter, registered in tying.hf.families.ADAPTERS under the "
     "config's model_type) must provide: the attribute holding the base model, the attribute of "
     "the base model holding the decoder blocks (an nn.ModuleList) and the final norm, the "
     "norm's gain offset (1.0 when the norm multiplies by 1 + weight), the constant multiplier "

@@ -10,8 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tying.hf import adapters, get_adapter, supported_model_types
-from tying.hf.adapters import ADAPTER_REQUIREMENTS
+from tying.hf import families as adapters
+from tying.hf import get_adapter, supported_model_types
+from tying.hf.families import ADAPTER_REQUIREMENTS
 
 
 def test_structure_and_final_norm_gain(family: str, tiny) -> None:
