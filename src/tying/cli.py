@@ -44,7 +44,10 @@ VERBS: dict[str, tuple[str, str]] = {
         "tying.commands.train",
         "train our decoder (scratch) or a converted Hugging Face model (teacher mode)",
     ),
-    "eval": ("tying.commands.eval", "loss and perplexity of any model on a text (JSON)"),
+    "eval": (
+        "tying.commands.eval",
+        "loss and perplexity of any model on a text (JSON; downstream tasks: evaluate)",
+    ),
     "tokenize": ("tying.commands.tokenize", "tokenize a corpus into token shards"),
     "params": ("tying.commands.params", "parameter counts of a decoder preset (closed form)"),
     "convert": (
@@ -71,7 +74,7 @@ VERBS: dict[str, tuple[str, str]] = {
     ),
     "evaluate": (
         "tying.commands.evaluate",
-        "GSM8K, SVAMP, MBPP, HumanEval through lm-eval (optionally under an adapter)",
+        "downstream tasks: GSM8K, SVAMP, MBPP, HumanEval through lm-eval (optionally an adapter)",
     ),
     "side-effects": (
         "tying.commands.side_effects",
