@@ -136,7 +136,7 @@ def _resume_point(cfg: TrainConfig, log: Any) -> Path | None:
     """
     run_dir = Path(cfg.out)
     refusal = None
-    if ckpt.list_checkpoints(run_dir):
+    if not cfg.resume and ckpt.list_checkpoints(run_dir):
         refusal = ConfigError(
             f"{run_dir} already holds checkpoints of a run: pass resume=true to continue "
             "it, or choose another out (nothing was overwritten)"

@@ -233,7 +233,11 @@ def _resume_point(options: FinetuneOptions, out: Path, log: Callable[[str], None
     """The checkpoint to continue from (None: start), after checking the settings; refuses an
     output folder that holds files unless resume (its lock file aside)."""
     refusal = None
-    if out.exists() and (not out.is_dir() or any(p.name != LOCK_FILE for p in out.iterdir())):
+    if (
+        not options.resume
+        and out.exists()
+        and (not out.is_dir() or any(p.name != LOCK_FILE for p in out.iterdir()))
+    ):
         refusal = FileExistsError(
             f"{out} is not empty: set resume to continue the run in it, or choose "
             "another output folder (nothing was overwritten)"
