@@ -30,15 +30,15 @@ from tying.train.optim import optimizers_for_run
 VARIANTS: dict[str, list[str]] = {
     "tt": ["tie=tt"],
     "pit_adamw": ["tie=pit"],
-    "pit_frozen_z": ["tie=pit", "pit_trainable_z=false"],
-    "pit_z_entry_size": ["tie=pit", "pit_z_lr_scale=entry_size"],
+    "pit_frozen_z": ["tie=pit", "pit.trainable_z=false"],
+    "pit_z_entry_size": ["tie=pit", "pit.z_lr_scale=entry_size"],
     "pit_z_riemannian_adam": [
         "tie=pit",
-        "pit_z_optimizer=riemannian_adam",
-        "pit_z_lr_scale=entry_size",
+        "pit.z_optimizer=riemannian_adam",
+        "pit.z_lr_scale=entry_size",
     ],
-    "pit_t_riemannian_adam": ["tie=pit", "pit_t_optimizer=riemannian_adam"],
-    "pit_t_auto": ["tie=pit", "pit_t_scale=auto"],
+    "pit_t_riemannian_adam": ["tie=pit", "pit.t_optimizer=riemannian_adam"],
+    "pit_t_auto": ["tie=pit", "pit.t_scale=auto"],
 }
 
 
@@ -47,7 +47,7 @@ def make_step(overrides: list[str], vocab: int, batches):
     model = build_model(cfg, vocab)
     optimizer = optimizers_for_run(model, cfg)
     interface = model.interface
-    if getattr(interface, "trainable_z", False) and cfg.pit_z_optimizer == "adamw":
+    if getattr(interface, "trainable_z", False) and cfg.pit.z_optimizer == "adamw":
         interface.attach_retraction(optimizer.optimizer_of(interface.z))
     optimizer.set_lr(1e-4)
 

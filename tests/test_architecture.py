@@ -110,8 +110,7 @@ TIE_BRANCHES_LEFT = {
     "tying.decoder.config": 1,
     "tying.experiment.analysis": 2,
     "tying.probe.compare": 1,
-    "tying.train.config": 2,
-    "tying.train.optim": 2,
+    "tying.train.optim": 1,
     "tying.conversion.fit": 1,  # fit_pit fits PIT's own parameters (Z, L, input bias)
 }
 

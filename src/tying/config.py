@@ -10,7 +10,9 @@
   checked against the field's type: int, float, bool, str, `Literal[...]` choices, optional
   (`X | None`), lists, nested dataclasses, mappings.
 - An unknown key is an error that names the closest known key. A renamed key (a field whose
-  metadata lists `aliases`) is accepted with a DeprecationWarning.
+  metadata lists `aliases`) is accepted with a DeprecationWarning, and so is a flat key that
+  moved into a section (the section class's `MOVED_KEYS`, {old key: field}: `pit_t_scale` is
+  now `pit.t_scale`).
 - `add_config_arguments` makes an argparse flag of every field (kebab-case, `--max-steps`),
   with the help text of the field (the "Attributes:" section of the dataclass docstring, one
   `name: text` entry per field, units included), its default and its choices, so the CLI never
@@ -182,8 +184,69 @@ def _all_str(literal: Any) -> bool:
     return all(isinstance(c, str) for c in typing.get_args(literal))
 
 
+def _moved_keys(cls: type) -> dict[str, tuple[str, str]]:
+    """{old flat key: (section field, key in the section)} of `cls`'s sections' `MOVED_KEYS`."""
+    fields = _fields(cls)
+    hints = _hints(cls)
+    out: dict[str, tuple[str, str]] = {}
+    for name in fields:
+        inner, _ = _optional_inner(hints[name])
+        if _is_config(inner):
+            for old, new in getattr(inner, "MOVED_KEYS", {}).items():
+                if old not in fields:
+                    out[old] = (name, new)
+    return out
+
+
+def lift_moved_keys(
+    cls: type, data: dict[str, Any], source: str = "config", warn: bool = True
+) -> dict[str, Any]:
+    """`data` with the flat keys that moved into a section of `cls` put into that section.
+
+    Args:
+        cls: the config dataclass.
+        data: its mapping (not changed).
+        source: where the mapping comes from (for messages).
+        warn: emit a DeprecationWarning per moved key (off for configs the project saved
+            itself, e.g. an earlier run's config.yaml).
+
+    Raises:
+        ConfigError: an old key and its new place both given, with different values.
+    """
+    moved = _moved_keys(cls)
+    if not moved or not any(key in data for key in moved):
+        return data
+    out = dict(data)
+    for old, (section, key) in moved.items():
+        if old not in out:
+            continue
+        value = out.pop(old)
+        current = out.get(section)
+        if dataclasses.is_dataclass(current):
+            current = to_dict(current)
+        merged = dict(current or {})
+        if key in merged and merged[key] != value:
+            raise ConfigError(
+                f"{source}: {old}={value!r} and {section}.{key}={merged[key]!r} both given; "
+                f"keep {section}.{key}"
+            )
+        merged[key] = value
+        out[section] = merged
+        if warn:
+            warnings.warn(
+                f"{source}: key {old!r} is now {section}.{key} (section {section!r}); the old "
+                "name will be removed in tying 0.3",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+    return out
+
+
 def _annotation_at(cls: type, dotted: str) -> Any:
     """The annotation of a dotted key inside `cls` (Any when unknown: checked later)."""
+    if _is_config(cls) and dotted in (moved := _moved_keys(cls)):
+        section, key = moved[dotted]
+        dotted = f"{section}.{key}"
     annotation: Any = cls
     for part in dotted.split("."):
         inner, _ = _optional_inner(annotation)
@@ -248,9 +311,10 @@ def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
     """Build dataclass `cls` from a mapping, rejecting unknown keys and ill-typed values.
 
-    Nested dataclass fields take mappings; renamed keys (metadata `aliases`) are accepted with
-    a DeprecationWarning.
+    Nested dataclass fields take mappings; renamed keys (metadata `aliases`) and flat keys that
+    moved into a section (`lift_moved_keys`) are accepted with a DeprecationWarning.
     """
+    data = lift_moved_keys(cls, data, source)
     fields = _fields(cls)
     aliases = {a: f.name for f in fields.values() for a in f.metadata.get(ALIASES, ())}
     hints = _hints(cls)
@@ -271,6 +335,10 @@ def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
         kwargs[name] = _coerce(qualified, value, hints[name])
     try:
         return cls(**kwargs)
+    except ConfigError:
+        raise
+    except ValueError as e:  # a section's own check (e.g. PitOptions.__post_init__)
+        raise ConfigError(str(e)) from None
     except TypeError as e:
         missing = [n for n, f in fields.items() if _required(f) and n not in kwargs]
         if missing:

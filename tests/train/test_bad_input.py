@@ -165,20 +165,22 @@ def test_unknown_verb_and_key_are_one_line(capsys) -> None:
 
 
 def test_saved_config_with_another_interfaces_option_still_loads(finished_run, capsys) -> None:
-    """A run saved by an earlier version with `t_init` (a PIT option) in a TT config loads for
-    analysis and export; a new TT config with it is refused."""
+    """A run saved by an earlier version with `t_init` (a PIT option, flat then) in a TT config
+    loads for analysis and export; a new TT config with it is refused."""
     from tying.config import ConfigError
+    from tying.interface.options import PitOptions
     from tying.train.config import TrainConfig, saved_train_config
     from tying.train.restore import load_trained
 
     last = ckpt.list_checkpoints(finished_run)[-1]
     state = json.loads((last / "trainer.json").read_text())
+    del state["config"]["pit"]  # as an earlier version wrote it: flat keys, no section
     state["config"]["t_init"] = "output"
     (last / "trainer.json").write_text(json.dumps(state))
     _, _, cfg, _ = load_trained(last)
-    assert cfg.tie == "tt" and cfg.t_init is None
-    assert saved_train_config({"tie": "pit", "t_init": "output"}, "x").t_init == "output"
-    with pytest.raises(ConfigError, match="t_init applies to tie='pit' only"):
-        TrainConfig(tie="tt", t_init="output")
+    assert cfg.tie == "tt" and cfg.pit == PitOptions()
+    assert saved_train_config({"tie": "pit", "t_init": "output"}, "x").pit.t_init == "output"
+    with pytest.raises(ConfigError, match="pit.t_init applies to tie='pit' only"):
+        TrainConfig(tie="tt", pit=PitOptions(t_init="output"))
     capsys.readouterr()
     assert main(["eval", str(last), "--max-tokens", "64"]) == 0

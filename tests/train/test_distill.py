@@ -28,7 +28,7 @@ def teacher_run(corpus, out_dir, teacher, **overrides) -> list[str]:
     base = {
         "model": teacher,
         "tie": "pit",
-        "t_init": "output",  # closed form: keeps these runs seconds long
+        "pit.t_init": "output",  # closed form: keeps these runs seconds long
         "distill.teacher": "initial",
         "distill.alpha": 0.5,
         "distill.temperature": 2.0,
@@ -150,7 +150,7 @@ def _losses(run_dir) -> dict[int, tuple[float, float, float]]:
 def test_killed_distillation_run_resumes_exactly(small_corpus, tiny_teacher, tmp_path) -> None:
     steps = 10
     ref_dir, killed_dir = tmp_path / "ref", tmp_path / "killed"
-    args = {"max_steps": steps, "pit_trainable_z": True}
+    args = {"max_steps": steps, "pit.trainable_z": True}
     ref = _start(teacher_run(small_corpus, ref_dir, tiny_teacher, **args))
     assert ref.wait(timeout=600) == 0, ref.stdout.read()
     reference = _losses(ref_dir)

@@ -36,7 +36,7 @@ def _run(args: list[str], nproc: int, tmp_cache: str) -> None:
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
 def test_two_processes_match_one(small_corpus, tmp_path, mode) -> None:
     cache = str(tmp_path / "cache")
-    common = {"max_steps": 4, "tie": "pit", "pit_trainable_z": True, "eval_every": 2}
+    common = {"max_steps": 4, "tie": "pit", "pit.trainable_z": True, "eval_every": 2}
     _run(small_run(small_corpus, tmp_path / "one", **common), 1, cache)
     _run(small_run(small_corpus, tmp_path / "two", distributed=mode, **common), 2, cache)
     one = [r for r in read_metrics(tmp_path / "one") if "loss" in r or "val_loss" in r]

@@ -107,13 +107,13 @@ def test_entry_size_rule_needs_init_std_and_a_known_name() -> None:
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("pit_z_optimizer=sgd", "pit_z_optimizer must be one of"),
-        ("pit_t_optimizer=sgd", "pit_t_optimizer must be one of"),
-        ("pit_z_lr_scale=0", "positive number or 'entry_size'"),
-        ("pit_z_lr_scale=fast", "pit_z_lr_scale must be"),
-        ("pit_t_scale=-1", "positive number or 'auto'"),
-        ("pit_t_scale=match", "pit_t_scale must be"),
-        ("pit_l_lr_scale=0", "pit_l_lr_scale must be a positive number"),
+        ("pit.z_optimizer=sgd", "pit.z_optimizer must be one of"),
+        ("pit.t_optimizer=sgd", "pit.t_optimizer must be one of"),
+        ("pit.z_lr_scale=0", "positive number or 'entry_size'"),
+        ("pit.z_lr_scale=fast", "pit.z_lr_scale must be"),
+        ("pit.t_scale=-1", "positive number or 'auto'"),
+        ("pit.t_scale=match", "pit.t_scale must be"),
+        ("pit.l_lr_scale=0", "pit.l_lr_scale must be a positive number"),
     ],
 )
 def test_bad_pit_optimisation_values(override, message) -> None:
@@ -123,14 +123,14 @@ def test_bad_pit_optimisation_values(override, message) -> None:
 
 def test_pit_keys_that_do_not_apply_are_refused() -> None:
     with pytest.raises(ConfigError, match="scratch-mode PIT only"):
-        load_config(TrainConfig, None, ["tie=pit", "model=smollm2", "pit_t_scale=2"])
-    with pytest.raises(ConfigError, match="scratch-mode PIT only"):
-        load_config(TrainConfig, None, ["tie=tt", "pit_t_scale=auto"])
+        load_config(TrainConfig, None, ["tie=pit", "model=smollm2", "pit.t_scale=2"])
+    with pytest.raises(ConfigError, match="pit.t_scale applies to tie='pit' only"):
+        load_config(TrainConfig, None, ["tie=tt", "pit.t_scale=auto"])
     with pytest.raises(ConfigError, match="fsdp"):
         load_config(
             TrainConfig,
             None,
-            ["tie=pit", "pit_z_optimizer=riemannian_adam", "distributed=fsdp"],
+            ["tie=pit", "pit.z_optimizer=riemannian_adam", "distributed=fsdp"],
         )
 
 
@@ -256,20 +256,20 @@ def test_spd_adam_step_is_a_relative_step_of_t() -> None:
 # ----------------------------------------------------------------------------- tiny runs
 
 Z_OPTIONS = {
-    "adamw": {"pit_trainable_z": True},
-    "adamw-entry-size": {"pit_trainable_z": True, "pit_z_lr_scale": "entry_size"},
+    "adamw": {"pit.trainable_z": True},
+    "adamw-entry-size": {"pit.trainable_z": True, "pit.z_lr_scale": "entry_size"},
     "riemannian": {
-        "pit_trainable_z": True,
-        "pit_z_optimizer": "riemannian_adam",
-        "pit_z_lr_scale": "entry_size",
+        "pit.trainable_z": True,
+        "pit.z_optimizer": "riemannian_adam",
+        "pit.z_lr_scale": "entry_size",
     },
-    "t-scale-auto": {"pit_trainable_z": True, "pit_t_scale": "auto"},
-    "frozen": {"pit_trainable_z": False, "pit_l_lr_scale": 10.0},
+    "t-scale-auto": {"pit.trainable_z": True, "pit.t_scale": "auto"},
+    "frozen": {"pit.trainable_z": False, "pit.l_lr_scale": 10.0},
     "spd-t": {
-        "pit_trainable_z": True,
-        "pit_t_optimizer": "riemannian_adam",
-        "pit_l_lr_scale": 50.0,
-        "pit_t_scale": 4.0,
+        "pit.trainable_z": True,
+        "pit.t_optimizer": "riemannian_adam",
+        "pit.l_lr_scale": 50.0,
+        "pit.t_scale": 4.0,
     },
 }
 
@@ -322,13 +322,13 @@ def test_every_z_option_keeps_z_orthonormal_over_8_steps(small_corpus, tmp_path,
 
 
 def test_auto_t_scale_gives_w_out_the_row_norm_of_a_standard_init() -> None:
-    """pit_t_scale=auto: T = init_std·√V·I, W_out's rows as long as N(0, init_std²) rows,
+    """pit.t_scale=auto: T = init_std·√V·I, W_out's rows as long as N(0, init_std²) rows,
     W_out E = I, and the blocks initialised exactly as with T = I (same generator order)."""
     from tying.train.build import build_model
 
     V = 4096
-    auto = build_model(load_config(TrainConfig, None, ["tie=pit", "pit_t_scale=auto"]), V)
-    plain = build_model(load_config(TrainConfig, None, ["tie=pit", "pit_t_scale=1"]), V)
+    auto = build_model(load_config(TrainConfig, None, ["tie=pit", "pit.t_scale=auto"]), V)
+    plain = build_model(load_config(TrainConfig, None, ["tie=pit", "pit.t_scale=1"]), V)
     std, d = auto.config.init_std, auto.config.d_model
     c = std * math.sqrt(V)
     torch.testing.assert_close(auto.interface.transform(), c * torch.eye(d), rtol=1e-6, atol=0)
@@ -347,15 +347,15 @@ def test_auto_t_scale_gives_w_out_the_row_norm_of_a_standard_init() -> None:
     "overrides, expected",
     [
         (["tie=pit"], "auto"),
-        (["tie=pit", "pit_t_scale=1"], 1.0),
-        (["tie=pit", "pit_t_scale=0.5"], 0.5),
+        (["tie=pit", "pit.t_scale=1"], 1.0),
+        (["tie=pit", "pit.t_scale=0.5"], 0.5),
         (["tie=pit", "model=smollm2"], 1.0),
-        (["tie=tt"], 1.0),
-        (["tie=untied", "pit_t_scale=1"], 1.0),
     ],
 )
 def test_t_scale_default_is_auto_for_scratch_pit_only(overrides, expected) -> None:
-    assert load_config(TrainConfig, None, overrides).t_scale == expected
+    cfg = load_config(TrainConfig, None, overrides)
+    assert cfg.pit.resolved_t_scale(teacher=cfg.model is not None) == expected
+    assert cfg.interface_keywords().get("t_scale", 1.0) == (1.0 if cfg.model else expected)
 
 
 # ----------------------------------------------------------------------------- resume
@@ -370,9 +370,7 @@ def _run(small_corpus, out_dir, **kw) -> list[str]:
         checkpoint_every=3,
         keep_last=2,
         eval_every=0,
-        pit_trainable_z=True,
-        pit_z_lr_scale=0.5,
-        pit_l_lr_scale=4.0,
+        **{"pit.trainable_z": True, "pit.z_lr_scale": 0.5, "pit.l_lr_scale": 4.0},
         **kw,
     )
 
@@ -389,7 +387,11 @@ def test_resume_restores_groups_and_repeats_the_run_exactly(
         load_config(
             TrainConfig,
             None,
-            _run(small_corpus, ref_dir, pit_z_optimizer=z_optimizer, pit_t_optimizer=t_optimizer),
+            _run(
+                small_corpus,
+                ref_dir,
+                **{"pit.z_optimizer": z_optimizer, "pit.t_optimizer": t_optimizer},
+            ),
         )
     )
     # A copy of the run as it stood at its step-3 checkpoint: later checkpoint removed.
@@ -407,8 +409,7 @@ def test_resume_restores_groups_and_repeats_the_run_exactly(
             _run(
                 small_corpus,
                 cut_dir,
-                pit_z_optimizer=z_optimizer,
-                pit_t_optimizer=t_optimizer,
+                **{"pit.z_optimizer": z_optimizer, "pit.t_optimizer": t_optimizer},
                 resume=True,
             ),
         )
@@ -425,14 +426,14 @@ def test_resume_restores_groups_and_repeats_the_run_exactly(
 def test_resume_refuses_another_optimizer_or_t_scale_but_not_another_lr_scale(tmp_path) -> None:
     from tying.train.run import check_resume_compatible
 
-    saved = load_config(TrainConfig, None, ["tie=pit", "pit_z_lr_scale=0.5"])
+    saved = load_config(TrainConfig, None, ["tie=pit", "pit.z_lr_scale=0.5"])
     for change, key in (
-        ("pit_z_optimizer=riemannian_adam", "pit_z_optimizer"),
-        ("pit_t_optimizer=riemannian_adam", "pit_t_optimizer"),
-        # A run saved before the default became auto holds pit_t_scale: 1.0.
-        ("pit_t_scale=1", "pit_t_scale=1.0"),
+        ("pit.z_optimizer=riemannian_adam", "pit.z_optimizer"),
+        ("pit.t_optimizer=riemannian_adam", "pit.t_optimizer"),
+        # A run saved before the default became auto holds pit_t_scale: 1.0 (now pit.t_scale).
+        ("pit.t_scale=1", "pit.t_scale=1.0"),
     ):
-        new = load_config(TrainConfig, None, ["tie=pit", "pit_z_lr_scale=0.5", change])
+        new = load_config(TrainConfig, None, ["tie=pit", "pit.z_lr_scale=0.5", change])
         with pytest.raises(ConfigError, match=key):
             check_resume_compatible(saved, new, tmp_path)
     check_resume_compatible(saved, load_config(TrainConfig, None, ["tie=pit"]), tmp_path)

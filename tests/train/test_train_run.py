@@ -129,7 +129,7 @@ def test_sigkill_then_resume_gives_identical_losses(
     else:
         steps, verb = 12, "train"
         device = {"precision": "bf16", "compile": True} if case == "cuda" else {}
-        settings = dict(max_steps=steps, tie="pit", pit_trainable_z=True, **device)
+        settings = dict(max_steps=steps, tie="pit", **{"pit.trainable_z": True}, **device)
 
         def args(out, resume=False):
             return small_run(small_corpus, out, resume=resume, **settings)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tying.config import ConfigError, from_dict, load_config, renamed
+from tying.config import ConfigError, from_dict, lift_moved_keys, load_config, renamed
 from tying.devices import Precision
 from tying.interface import check_tie, ties
 from tying.train.config import TrainConfig
@@ -217,7 +217,7 @@ class ExperimentConfig:
         ties: interfaces of the grid (null = every registered interface; must be null when
             `variants` is given).
         variants: named cells instead of ties: {name: TrainConfig overrides}, each setting at
-            least `tie` (e.g. {pit-riemann: {tie: pit, pit_z_optimizer: riemannian_adam}}).
+            least `tie` (e.g. {pit-riemann: {tie: pit, pit: {z_optimizer: riemannian_adam}}}).
         modes: scratch (a preset from random init) and/or teacher (a converted model).
         seeds: seeds (initialisation and data order).
         teacher_model: the teacher-mode model (a `tying.hf.load` spec).
@@ -348,7 +348,7 @@ class ExperimentConfig:
     def set_keys(self, spec: RunSpec) -> set[str]:
         """TrainConfig keys this experiment sets for `spec` (the rest are TrainConfig defaults)."""
         keys = {
-            *self._cell_overrides(spec),
+            *lift_moved_keys(TrainConfig, self._cell_overrides(spec), warn=False),
             "tie",
             "seed",
             "model",

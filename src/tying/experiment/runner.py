@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tying.config import ConfigError, to_dict
+from tying.config import ConfigError, lift_moved_keys, to_dict
 from tying.experiment.config import ExperimentConfig, RunSpec
 from tying.train import checkpoint as ckpt
-from tying.train.config import TrainConfig
+from tying.train.config import TrainConfig, saved_train_config
 from tying.train.metrics import METRICS_FILE, read_metrics
 
 log = logging.getLogger(__name__)
@@ -45,9 +45,31 @@ class RunOutcome:
     result: dict[str, Any]
 
 
-def _comparable(cfg: TrainConfig | dict[str, Any]) -> dict[str, Any]:
+def _comparable(cfg: TrainConfig | dict[str, Any]) -> dict[str, str | None]:
+    """{dotted key: value as text} of a config (sections flattened, volatile keys left out)."""
     data = to_dict(cfg) if isinstance(cfg, TrainConfig) else dict(cfg)
-    return {k: (str(v) if v is not None else None) for k, v in data.items() if k not in _VOLATILE}
+    out: dict[str, str | None] = {}
+    for key, value in data.items():
+        if key in _VOLATILE:
+            continue
+        if isinstance(value, dict):
+            out |= {f"{key}.{k}": v for k, v in _comparable(value).items()}
+        else:
+            out[key] = str(value) if value is not None else None
+    return out
+
+
+def _saved_config(path: Path) -> dict[str, Any]:
+    """A run folder's config.yaml as the current TrainConfig would save it (flat keys of earlier
+    versions moved into their sections, defaults filled in); as written when it no longer
+    loads."""
+    import yaml
+
+    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        return to_dict(saved_train_config(data, str(path)))
+    except ConfigError:
+        return lift_moved_keys(TrainConfig, data, str(path), warn=False)
 
 
 def run_state(run_dir: str | Path, max_steps: int) -> str:
@@ -77,11 +99,8 @@ def _check_same_config(run_dir: Path, cfg: TrainConfig, keys: set[str]) -> None:
     path = run_dir / "config.yaml"
     if not path.is_file():
         return
-    import yaml
-
-    old = _comparable(yaml.safe_load(path.read_text()) or {})
-    new = _comparable(cfg)
-    diff = sorted(k for k in keys if k in new and old.get(k) != new[k])
+    old, new = _comparable(_saved_config(path)), _comparable(cfg)
+    diff = sorted(k for k in new if k.split(".")[0] in keys and old.get(k) != new[k])
     if diff:
         raise ConfigError(
             f"{run_dir} was trained with other settings ({', '.join(diff)}); use another out "

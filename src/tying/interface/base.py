@@ -114,9 +114,13 @@ class TokenInterface(nn.Module, ABC):
     manifold_tensors: ClassVar[tuple[str, ...]] = ()
     #: Whether E and U = W_out^T are one stored matrix (exported as tie_word_embeddings=True).
     shares_matrix: ClassVar[bool] = False
-    #: Model/training config keys that carry this interface's constructor options:
-    #: config key -> constructor keyword (e.g. {"input_grad_scale": "input_grad_scale"}).
+    #: Model config keys (`tying.decoder.ModelConfig`, flat) that carry this interface's
+    #: constructor options: config key -> constructor keyword (e.g. {"pit_trainable_z":
+    #: "trainable_z"}).
     config_options: ClassVar[dict[str, str]] = {}
+    #: The dataclass of this interface's options in a training run (`tying.interface.options`;
+    #: the run config's section named by `tie`), or None when it has none.
+    options_class: ClassVar[type | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -47,6 +47,7 @@ from tying.interface.linalg import (
     orthonormal_from_gaussian,
     polar_retraction,
 )
+from tying.interface.options import PitOptions
 
 DIAG_ACTIVATIONS = ("exp", "softplus")
 #: Teacher-conversion names that moved to `tying.conversion.closed_form` in 0.2 (kept here,
@@ -127,10 +128,8 @@ class PseudoInverseTying(TokenInterface):
         "pit_trainable_z": "trainable_z",
         "pit_diag_activation": "diag_activation",
         "pit_diag_clamp": "diag_clamp",
-        "t_init": "t_init",
-        "pit_centre": "centre",
-        "pit_input_scale": "input_scale",
     }
+    options_class = PitOptions
 
     def __init__(
         self,

@@ -117,19 +117,40 @@ def interface_options(config: Any, tie: str) -> dict[str, Any]:
     return {kw: getattr(config, key) for key, kw in mapping.items() if hasattr(config, key)}
 
 
+def options_section(config: Any, tie: str) -> Any | None:
+    """The options of interface `tie` in a run config: its section named `tie` (of the
+    interface class's `options_class`), or None when the interface has no options."""
+    if interface_class(tie).options_class is None:
+        return None
+    return getattr(config, tie)
+
+
 def check_interface_options(config: Any, tie: str) -> None:
     """Raise ValueError when `config` sets an option of another interface than `tie`.
 
-    An option is "set" when its field differs from the dataclass default.
+    Options are flat keys (the interface class's `config_options`, in a model config) or a
+    section named by the interface (its `options_class`, in a run config); one is "set" when
+    it differs from its default.
     """
     defaults = {f.name: f.default for f in dataclasses.fields(config)}
     for other in ties():
         if other == tie:
             continue
-        for key in interface_class(other).config_options:
+        cls = interface_class(other)
+        for key in cls.config_options:
             if key in defaults and getattr(config, key) != defaults[key]:
                 raise ValueError(
                     f"{key} applies to tie={other!r} only, got tie={tie!r} with "
                     f"{key}={getattr(config, key)!r}: leave it at its default "
                     f"({defaults[key]!r})"
                 )
+        if cls.options_class is not None and hasattr(config, other):
+            section, default = getattr(config, other), cls.options_class()
+            for f in dataclasses.fields(default):
+                value = getattr(section, f.name)
+                if value != getattr(default, f.name):
+                    raise ValueError(
+                        f"{other}.{f.name} applies to tie={other!r} only, got tie={tie!r} "
+                        f"with {other}.{f.name}={value!r}: leave it at its default "
+                        f"({getattr(default, f.name)!r})"
+                    )

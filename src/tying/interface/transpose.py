@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from tying.interface.base import SOURCES, GradientSplit, TeacherConversion, TokenInterface
 from tying.interface.linalg import check_finite_matrix
+from tying.interface.options import TransposeOptions
 
 
 class _ScaleGrad(torch.autograd.Function):
@@ -51,6 +52,7 @@ class TransposeTying(TokenInterface):
     vocab_tensors = ("weight",)
     shares_matrix = True
     config_options = {"input_grad_scale": "input_grad_scale"}  # noqa: RUF012
+    options_class = TransposeOptions
 
     def __init__(
         self,

@@ -52,8 +52,8 @@ def build_model(
 ) -> nn.Module:
     """The model of a run: a decoder preset (scratch) or a converted HF model (teacher).
 
-    The interface's own options come from the config keys its class names in
-    `config_options` (`TrainConfig.interface_fields`), whatever the interface.
+    The interface's own options come from the run's section of it (`TrainConfig.tt`,
+    `.pit`, ...: `TrainConfig.interface_keywords`), whatever the interface.
 
     Args:
         cfg: the run's configuration.
@@ -64,11 +64,9 @@ def build_model(
             weights to be loaded into).
         measure: teacher mode: windows on which the step-0 KL is measured (report.step0).
     """
-    fields = cfg.interface_fields()
+    options = cfg.interface_keywords()
     if cfg.model is not None:
         hf_model, _ = load(cfg.model)
-        mapping = interface_class(cfg.tie).config_options
-        options = {mapping[k]: v for k, v in fields.items()}
         if calibration is None and options.get("t_init") == "fit":
             del options["t_init"]  # the default: its closed form without data, same structure
         convert(
@@ -81,27 +79,32 @@ def build_model(
             **options,
         )
         return HFCausalLM(hf_model)
+    # Keywords the model config carries (its flat keys, `config_options`) go through it; the
+    # rest (PIT's t_scale) to an interface built here.
+    model_keys = {kw: key for key, kw in interface_class(cfg.tie).config_options.items()}
     model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    through_config = {model_keys[kw]: v for kw, v in options.items() if kw in model_keys}
+    extra = {kw: v for kw, v in options.items() if kw not in model_keys}
     model_cfg = preset_config(
         cfg.preset,
         vocab_size=vocab_size,
         tie=cfg.tie,
         norm=cfg.norm,
         max_seq_len=max(cfg.seq_len, 1024),
-        **{k: v for k, v in fields.items() if k in model_fields},
+        **{k: v for k, v in through_config.items() if k in model_fields},
     )
     generator = torch.Generator().manual_seed(cfg.seed)
     interface = None
-    if cfg.t_scale != 1.0:  # PIT's scratch T = c·I (TrainConfig allows it only there)
+    if extra:  # e.g. PIT's scratch T = c·I
         # Drawn first from the same generator, as Decoder draws its own interface: the
-        # blocks get the same initial weights as with T = I.
+        # blocks get the same initial weights as without these options.
         interface = build_interface(
             model_cfg.tie,
             model_cfg.vocab_size,
             model_cfg.d_model,
             generator=generator,
             init_std=model_cfg.init_std,
-            t_scale=cfg.t_scale,
+            **extra,
             **model_cfg.interface_options(),
         )
     return Decoder(model_cfg, interface=interface, generator=generator)

@@ -45,7 +45,6 @@ _MOVED_TO_RUN = (
     "train",
     "TrainResult",
     "MODEL_KEYS",
-    "OPTIMIZER_KEYS",
     "check_resume_compatible",
     "autocast_context",
 )

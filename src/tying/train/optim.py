@@ -7,13 +7,13 @@ lr(step) is applied as `lr(step) × lr_scale` to each group (`Optimizers.set_lr`
 |------------|----------------------------------------------------------|--------------|-----------------|
 | `decay`    | matrices of the blocks, V×d matrices of untied/TT        | weight_decay | 1               |
 | `no_decay` | norms, gains, biases (1-D)                               | 0            | 1               |
-| `pit_z`    | PIT's memory Z (V×d, orthonormal columns)                | 0            | `pit_z_lr_scale` |
-| `pit_l`    | PIT's Cholesky parameter (d×d: L's off-diagonal and ρ)   | 0            | `pit_l_lr_scale` |
+| `pit_z`    | PIT's memory Z (V×d, orthonormal columns)                | 0            | `pit.z_lr_scale` |
+| `pit_l`    | PIT's Cholesky parameter (d×d: L's off-diagonal and ρ)   | 0            | `pit.l_lr_scale` |
 
 Decay would pull Z off the Stiefel manifold and L's off-diagonal to 0 and ρ to 0 (T to I for
 the exp diagonal), so PIT's groups are never decayed.
 
-Z is trained in one of two ways (`pit_z_optimizer`):
+Z is trained in one of two ways (`pit.z_optimizer`):
 
 - "adamw": Z is one more AdamW group; after every step the polar retraction
   Z ← Z (ZᵀZ)^{-1/2} puts it back on the Stiefel manifold {Z : ZᵀZ = I}.
@@ -155,11 +155,11 @@ def z_lr_scale(
         return float(spec)
     if spec != ENTRY_SIZE:
         raise ConfigError(
-            f"pit_z_lr_scale must be a positive number or {ENTRY_SIZE!r}, got {spec!r}"
+            f"pit.z_lr_scale must be a positive number or {ENTRY_SIZE!r}, got {spec!r}"
         )
     if init_std is None:
         raise ConfigError(
-            f"pit_z_lr_scale={ENTRY_SIZE!r} needs the model's init_std (a scratch decoder); "
+            f"pit.z_lr_scale={ENTRY_SIZE!r} needs the model's init_std (a scratch decoder); "
             "give a number instead"
         )
     if z_optimizer == "riemannian_adam":
@@ -239,7 +239,7 @@ def _riemannian_adam(group: dict[str, Any], betas: tuple[float, float]) -> torch
             from geoopt.optim import RiemannianAdam
     except ImportError as e:  # pragma: no cover - geoopt is a dependency
         raise ConfigError(
-            "pit_z_optimizer='riemannian_adam' needs geoopt: pip install geoopt"
+            "pit.z_optimizer='riemannian_adam' needs geoopt: pip install geoopt"
         ) from e
 
     class StiefelAdam(RiemannianAdam):
@@ -305,8 +305,8 @@ class CholeskySPDAdam(torch.optim.Optimizer):
     ) -> None:
         if interface.diag_clamp is not None:
             raise ConfigError(
-                "pit_t_optimizer='riemannian_adam' needs an unclamped diagonal of L "
-                "(diag_clamp hides the gradient of clamped entries); use pit_t_optimizer=adamw"
+                "pit.t_optimizer='riemannian_adam' needs an unclamped diagonal of L "
+                "(diag_clamp hides the gradient of clamped entries); use pit.t_optimizer=adamw"
             )
         if [id(p) for p in group["params"]] != [id(interface.l_param)]:
             raise ValueError("CholeskySPDAdam updates exactly the interface's l_param")
@@ -467,9 +467,9 @@ def build_optimizers(
         t_optimizer: "adamw" (AdamW on l_param) or "riemannian_adam" (`CholeskySPDAdam`).
     """
     if t_optimizer not in T_OPTIMIZERS:
-        raise ConfigError(f"pit_t_optimizer must be one of {T_OPTIMIZERS}, got {t_optimizer!r}")
+        raise ConfigError(f"pit.t_optimizer must be one of {T_OPTIMIZERS}, got {t_optimizer!r}")
     if z_optimizer not in Z_OPTIMIZERS:
-        raise ConfigError(f"pit_z_optimizer must be one of {Z_OPTIMIZERS}, got {z_optimizer!r}")
+        raise ConfigError(f"pit.z_optimizer must be one of {Z_OPTIMIZERS}, got {z_optimizer!r}")
     groups = param_groups(model, weight_decay, z_lr_scale=z_lr_scale, l_lr_scale=l_lr_scale)
     stiefel = [g for g in groups if g["name"] == "pit_z" and z_optimizer == "riemannian_adam"]
     spd = [g for g in groups if g["name"] == "pit_l" and t_optimizer == "riemannian_adam"]
@@ -489,20 +489,20 @@ def build_optimizers(
 def optimizers_for_run(model: nn.Module, cfg: TrainConfig) -> Optimizers:
     """`build_optimizers` with a run's settings (PIT keys resolved against the model).
 
-    `pit_z_lr_scale="entry_size"` reads V and d from the interface and init_std from the
-    model's `config` (a scratch decoder); the PIT keys are ignored for other interfaces.
+    `pit.z_lr_scale="entry_size"` reads V and d from the interface and init_std from the
+    model's `config` (a scratch decoder); only the run's own interface section is read.
     """
-    interface = getattr(model, "interface", None)
-    is_pit = isinstance(interface, PseudoInverseTying)
-    z_optimizer = cfg.pit_z_optimizer if is_pit else "adamw"
-    t_optimizer = cfg.pit_t_optimizer if is_pit else "adamw"
+    options = cfg.interface_options  # the run's interface section (PIT's names its optimisers)
+    z_optimizer = getattr(options, "z_optimizer", "adamw")
+    t_optimizer = getattr(options, "t_optimizer", "adamw")
     z_scale, l_scale = 1.0, 1.0
-    if is_pit:
+    if hasattr(options, "z_lr_scale"):
+        interface = model.interface
         init_std = getattr(getattr(model, "config", None), "init_std", None)
         z_scale = z_lr_scale(
-            cfg.pit_z_lr_scale, interface.vocab_size, interface.d_model, init_std, z_optimizer
+            options.z_lr_scale, interface.vocab_size, interface.d_model, init_std, z_optimizer
         )
-        l_scale = cfg.pit_l_lr_scale
+        l_scale = options.l_lr_scale
     return build_optimizers(
         model,
         lr=cfg.lr,

@@ -87,44 +87,33 @@ def autocast_context(cfg: TrainConfig, device: torch.device) -> AbstractContextM
     return autocast_for(device, cfg.precision)()
 
 
-#: TrainConfig keys that fix the model and its interface: a resumed run must keep them.
-MODEL_KEYS = (
-    "preset",
-    "model",
-    "tie",
-    "t_init",
-    "pit_centre",
-    "trainable_z",
-    "pit_diag_activation",
-    "input_grad_scale",
-    "norm",
-    "tokenizer",
-    "t_scale",
-)
-#: The TrainConfig keys behind MODEL_KEYS' resolved properties (named in error messages).
-_RESOLVED_KEYS = {"trainable_z": "pit_trainable_z", "t_scale": "pit_t_scale"}
-#: TrainConfig keys that choose the optimizers whose state a checkpoint holds: a resumed run
-#: must keep them too (the learning-rate keys, lr and the pit_*_lr_scale, may change).
-OPTIMIZER_KEYS = ("pit_z_optimizer", "pit_t_optimizer")
+#: TrainConfig keys that fix the model: a resumed run must keep them, and its interface's
+#: `fixed_settings` (the interface's keywords and the optimizers whose state a checkpoint
+#: holds; learning-rate scales may change).
+MODEL_KEYS = ("preset", "model", "tie", "norm", "tokenizer")
 
 
-def _model_settings(cfg: TrainConfig) -> dict[str, Any]:
-    """The MODEL_KEYS values of a config (PIT's trainable Z resolved by mode)."""
-    return {key: getattr(cfg, key) for key in MODEL_KEYS}
+def _fixed_settings(cfg: TrainConfig) -> dict[str, Any]:
+    """{key: value} a resumed run must keep: MODEL_KEYS and the interface's fixed settings
+    (resolved by mode: PIT's trainable Z and initial T), as `section.key`."""
+    out = {key: getattr(cfg, key) for key in MODEL_KEYS}
+    options = cfg.interface_options
+    if options is not None:
+        teacher = cfg.model is not None
+        out |= {f"{cfg.tie}.{k}": v for k, v in options.fixed_settings(teacher=teacher).items()}
+    return out
 
 
 def check_resume_compatible(saved: TrainConfig, cfg: TrainConfig, where: Path) -> None:
-    """Raise ConfigError naming the first model/interface or optimizer setting `cfg` changes
-    from `saved` (MODEL_KEYS, OPTIMIZER_KEYS)."""
-    old, new = _model_settings(saved), _model_settings(cfg)
-    old |= {key: getattr(saved, key) for key in OPTIMIZER_KEYS}
-    new |= {key: getattr(cfg, key) for key in OPTIMIZER_KEYS}
-    for key in (*MODEL_KEYS, *OPTIMIZER_KEYS):
-        if old[key] != new[key]:
-            name = _RESOLVED_KEYS.get(key, key)
+    """Raise ConfigError naming the first model, interface or optimizer setting `cfg` changes
+    from `saved` (`_fixed_settings`)."""
+    old, new = _fixed_settings(saved), _fixed_settings(cfg)
+    for key in dict.fromkeys([*old, *new]):
+        if old.get(key) != new.get(key):
             raise ConfigError(
-                f"cannot resume {where}: it was trained with {name}={old[key]!r}, this run asks "
-                f"for {name}={new[key]!r}; resume with the same setting, or choose another out"
+                f"cannot resume {where}: it was trained with {key}={old.get(key)!r}, this run "
+                f"asks for {key}={new.get(key)!r}; resume with the same setting, or choose "
+                "another out"
             )
 
 
@@ -383,7 +372,8 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
     # After loading: restoring optimizer state runs a zero-lr step, which must not retract Z.
     # A Riemannian optimizer retracts Z itself; AdamW needs the hook.
     interface = unwrap(setup.model).interface
-    if getattr(interface, "trainable_z", False) and cfg.pit_z_optimizer == "adamw":
+    z_optimizer = getattr(cfg.interface_options, "z_optimizer", "adamw")
+    if getattr(interface, "trainable_z", False) and z_optimizer == "adamw":
         interface.attach_retraction(run.optimizer.optimizer_of(interface.z))
     run.tracker = setup.make_tracker(interface) if cfg.track_gradient_paths else None
     logger = metrics_logger(run, settings, start if resume_from else None) if info.is_main else None
