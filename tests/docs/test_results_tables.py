@@ -165,10 +165,17 @@ def test_a_mistyped_loss_is_caught(bad):
     assert not _same(bad, value["final_train_loss"])
 
 
-def test_section_11_input_gradient_scaling_is_its_json():
-    data = _json("input_grad_scale.json")
+@pytest.mark.parametrize(
+    "section, source",
+    [
+        ("11. Input-gradient", "input_grad_scale.json"),
+        ("11b. Input-gradient", "input_grad_scale_full.json"),
+    ],
+)
+def test_section_11_input_gradient_scaling_is_its_json(section, source):
+    data = _json(source)
     early, final = str(data["steps"]["early"]), str(data["steps"]["final"])
-    rows = _rows(_section("11. Input-gradient"), "scratch-tt")
+    rows = _rows(_section(section), "scratch-tt")
     assert len(rows) == len(data["runs"]) >= 2
     for name, scale, val, *cells in rows:
         r = data["runs"][name]
