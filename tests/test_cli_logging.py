@@ -200,3 +200,22 @@ def test_the_library_names_no_cli_flag_in_its_messages() -> None:
         if flag.search(node.value)
     ]
     assert offenders == []
+
+
+def test_the_projects_own_deprecations_reach_the_terminal_once(tmp_path, capsys) -> None:
+    """Python hides DeprecationWarnings outside __main__; a renamed config key must still tell
+    the user its new name (one warning line), while other libraries' stay hidden."""
+    import warnings
+
+    status = cli.main(
+        ["train", "tie=pit", "pit_t_scale=2", "data=/nonexistent", "--out", str(tmp_path / "r")]
+    )
+    err = capsys.readouterr().err.splitlines()
+    assert status == 2
+    assert err[0] == (
+        "tying train: warning: deprecated: config: key 'pit_t_scale' is now pit.t_scale "
+        "(section 'pit'); the old name will be removed in tying 0.3"
+    )
+    assert len(err) == 2 and err[1].startswith("tying train: error: corpus path not found")
+    # Outside a verb the filters are as before.
+    assert not any(getattr(f[1], "pattern", None) == cli._OWN_DEPRECATION for f in warnings.filters)

@@ -34,6 +34,7 @@ import logging
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import NoReturn, TextIO
 
@@ -218,11 +219,33 @@ def cli_logging(prog: str, verbosity: int) -> Iterator[None]:
     ours.setLevel(ours_level)
     root.setLevel(others_level)
     try:
-        yield
+        with warnings.catch_warnings():
+            _log_own_deprecations(ours)
+            yield
     finally:
         root.removeHandler(handler)
         root.setLevel(saved[0])
         ours.setLevel(saved[1])
+
+
+#: The project's own deprecation messages (`tying._compat`, `tying.config`) end with this.
+_OWN_DEPRECATION = r".*will be removed in tying"
+
+
+def _log_own_deprecations(log: logging.Logger) -> None:
+    """Show the project's DeprecationWarnings (a renamed config key, a moved name), which Python
+    hides outside __main__, as one warning line each; other warnings are shown as before.
+    Call inside `warnings.catch_warnings()`, which restores both settings."""
+    warnings.filterwarnings("default", category=DeprecationWarning, message=_OWN_DEPRECATION)
+    show = warnings.showwarning
+
+    def show_own(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001
+        if issubclass(category, DeprecationWarning) and "will be removed in tying" in str(message):
+            log.warning("deprecated: %s", message)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show_own
 
 
 def _flag_verbosity(flag: str) -> int | None:
