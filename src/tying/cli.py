@@ -239,7 +239,7 @@ def _log_own_deprecations(log: logging.Logger) -> None:
     warnings.filterwarnings("default", category=DeprecationWarning, message=_OWN_DEPRECATION)
     show = warnings.showwarning
 
-    def show_own(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001
+    def show_own(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, DeprecationWarning) and "will be removed in tying" in str(message):
             log.warning("deprecated: %s", message)
         else:
