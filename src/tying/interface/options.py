@@ -4,7 +4,7 @@ A run's config (`tying.train.TrainConfig`) has one section per interface that ha
 named by its `tie` (`tt:`, `pit:`), of the type the interface class names in `options_class`;
 only the section of the run's own interface may differ from its defaults. The code that
 builds, converts or optimises an interface reads the section through the registry
-(`tying.interface.registry.options_class`, `TrainConfig.interface_options`) and hands the
+(`tying.interface.registry.options_section`, `TrainConfig.interface_options`) and hands the
 interface its keywords (`interface_keywords`), so no caller branches on the name.
 
 Each section class lists in `MOVED_KEYS` the flat keys it replaces ({old key: field}); a
