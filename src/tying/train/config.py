@@ -33,7 +33,8 @@ class TrainConfig:
     Attributes:
         preset: decoder preset trained from scratch (tiny, mini, small, medium, large, xl).
         model: teacher mode: the pretrained model to convert and continue (smollm2, a .gguf, a
-            transformers folder or a hub id); null trains `preset` from scratch.
+            transformers folder, a hub id, or a training run of our decoder, converted on its own
+            interface); null trains `preset` from scratch.
         tie: token interface: untied, tt (W_out = E^T) or pit (pseudo-inverse tying).
         t_init: teacher-mode PIT: how T is initialised (fit, output, input, identity; null =
             the conversion default, fit: T and the final-norm gain fitted to the teacher on
