@@ -14,6 +14,7 @@ otherwise "undecided" with the largest |effect| the interval leaves.
 
     python benchmarks/teacher_seeds.py [--decoder runs/experiment-teacher-isotropic-decoder] \
         [--gpt2 runs/experiment-teacher-isotropic-gpt2] [--out docs/results/teacher_seeds.json]
+    python benchmarks/teacher_seeds.py --markdown    # the tables of docs/results.md §13
 
 Only seeds whose TT and PIT runs both finished (DONE.json) are paired; the others are listed as
 missing.
@@ -126,6 +127,32 @@ def verdict_of(lo: float, hi: float, bounds: tuple[float, float]) -> dict[str, A
     }
 
 
+def timing(runs: Path) -> dict[str, Any]:
+    """Wall clock of a grid trained in one process, from its files' modification times: per
+    finished cell, `setup_s` (from the previous cell's DONE.json to this cell's config.yaml,
+    written once the teacher is loaded and converted: PIT's fit is in it; None for the first
+    cell) and `wall_s` (from the previous DONE.json to this one); `total_s` from the first
+    config.yaml to the last DONE.json. Meaningless for a grid that was cut and resumed."""
+    cells = sorted(
+        (p for p in runs.glob("teacher-*-s*") if (p / "DONE.json").is_file()),
+        key=lambda p: (p / "DONE.json").stat().st_mtime,
+    )
+    out: dict[str, Any] = {"cells": {}}
+    previous = None
+    for cell in cells:
+        done = (cell / "DONE.json").stat().st_mtime
+        start = (cell / "config.yaml").stat().st_mtime
+        out["cells"][cell.name] = {
+            "setup_s": None if previous is None else round(start - previous, 1),
+            "wall_s": None if previous is None else round(done - previous, 1),
+        }
+        previous = done
+    if cells:
+        first = min((c / "config.yaml").stat().st_mtime for c in cells)
+        out["total_s"] = round(previous - first, 1)
+    return out
+
+
 def teacher_block(folder: Path, seeds: list[int] | None = None) -> dict[str, Any]:
     """Per-seed TT and PIT runs of one experiment folder, and their paired summary."""
     runs = folder / "runs"
@@ -153,6 +180,7 @@ def teacher_block(folder: Path, seeds: list[int] | None = None) -> dict[str, Any
     bounds = paper_range()
     return {
         "folder": str(folder),
+        "timing": timing(runs),
         "units": units,
         "missing_seeds": missing,
         "val_loss": paired_summary([u["diff_val"] for u in units], bounds),
@@ -190,6 +218,47 @@ def analyse(folders: dict[str, Path]) -> dict[str, Any]:
     }
 
 
+NAMES = {"decoder": "decoder `tiny`", "gpt2": "GPT-2 (LayerNorm)"}
+
+
+def markdown(data: dict[str, Any]) -> str:
+    """The tables of docs/results.md §13: per teacher and seed, then per teacher."""
+    lines = [
+        "| teacher | seed | PIT step-0 KL | TT val loss | PIT val loss | PIT − TT "
+        "| TT train loss (last 10) | PIT train loss (last 10) | TT time (s) | PIT time (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, block in data["teachers"].items():
+        for u in block["units"]:
+            kl = u["step0_kl_pit"]
+            lines.append(
+                f"| {NAMES.get(name, name)} | {u['seed']} | "
+                + ("–" if kl is None else f"{kl:.3f}")
+                + f" | {u['tt']['val_loss']:.3f} | {u['pit']['val_loss']:.3f} | "
+                f"{u['diff_val']:+.3f} | {u['tt']['train_loss_last']:.3f} | "
+                f"{u['pit']['train_loss_last']:.3f} | {u['tt']['elapsed_s']:.0f} | "
+                f"{u['pit']['elapsed_s']:.0f} |"
+            )
+    lines += [
+        "",
+        "| teacher | n | mean PIT − TT | 95% t-interval | sign-flip p (Holm) | verdict |",
+        "|---|---:|---:|---|---|---|",
+    ]
+    for name, block in data["teachers"].items():
+        v = block["val_loss"]
+        if v["n"] == 0:
+            lines.append(f"| {NAMES.get(name, name)} | 0 | – | – | – | not run |")
+            continue
+        ci = "–" if "ci95" not in v else f"{v['ci95'][0]:+.3f} to {v['ci95'][1]:+.3f}"
+        flip = v.get("sign_flip")
+        p = "–" if flip is None else f"{flip['p']:.2f} ({flip.get('holm_p', flip['p']):.2f})"
+        verdict = v["verdict"] + (f": {v['excluded']}" if "excluded" in v else "")
+        lines.append(
+            f"| {NAMES.get(name, name)} | {v['n']} | {v['mean']:+.3f} | {ci} | {p} | {verdict} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -197,7 +266,13 @@ def main() -> None:
     parser.add_argument("--decoder", default=TEACHERS["decoder"])
     parser.add_argument("--gpt2", default=TEACHERS["gpt2"])
     parser.add_argument("--out", default="docs/results/teacher_seeds.json")
+    parser.add_argument(
+        "--markdown", action="store_true", help="print the tables of an existing --out JSON"
+    )
     args = parser.parse_args()
+    if args.markdown:
+        print(markdown(json.loads(Path(args.out).read_text())))
+        return
     data = analyse({"decoder": Path(args.decoder), "gpt2": Path(args.gpt2)})
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

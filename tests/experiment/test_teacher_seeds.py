@@ -25,6 +25,7 @@ def _script():
 
 def _run(folder: Path, val_loss: float, kl: float | None = None, steps: int = 4) -> None:
     folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text("tie: tt\n")
     rows = [
         {"step": s, "tokens": 8 * s, "loss": val_loss + 1 + 0.1 * (steps - s)}
         for s in range(1, steps + 1)
@@ -100,3 +101,7 @@ def test_analyse_pairs_seeds_and_adjusts(tmp_path) -> None:
     assert b["val_loss"]["sign_flip"]["holm_p"] == pytest.approx(0.75)
     assert (a["val_loss"]["verdict"], b["val_loss"]["verdict"]) == ("undecided", "reproduced")
     assert data["paper"]["range"] == [-0.204, 0.191]
+    assert len(a["timing"]["cells"]) == 7 and a["timing"]["total_s"] >= 0
+    table = s.markdown(data)
+    assert "| 0 | 0.040 | 7.000 | 7.100 | +0.100 |" in table
+    assert "| 3 | +0.200 | -0.048 to +0.448 | 0.25 (0.50) | undecided" in table
