@@ -183,6 +183,7 @@ def teacher_block(folder: Path, seeds: list[int] | None = None) -> dict[str, Any
         "timing": timing(runs),
         "units": units,
         "missing_seeds": missing,
+        "step0_kl_pit": [u["step0_kl_pit"] for u in units],
         "val_loss": paired_summary([u["diff_val"] for u in units], bounds),
         "train_loss_last": paired_summary([u["diff_train_last"] for u in units], bounds),
     }

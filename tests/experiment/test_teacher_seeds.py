@@ -92,6 +92,7 @@ def test_analyse_pairs_seeds_and_adjusts(tmp_path) -> None:
     assert a["missing_seeds"] == [3] and [u["seed"] for u in a["units"]] == [0, 1, 2]
     assert [u["diff_val"] for u in a["units"]] == pytest.approx([0.1, 0.2, 0.3])
     assert [u["step0_kl_pit"] for u in b["units"]] == pytest.approx([0.04, 0.05, 0.06])
+    assert b["step0_kl_pit"] == pytest.approx([0.04, 0.05, 0.06])
     assert a["units"][1]["tt"]["val_loss"] == pytest.approx(8.0)
     assert a["units"][0]["tt"]["val_loss_by_step"] == {"2": 7.5, "4": 7.0}
     # The mean training loss of the last steps differs by the same amount.
