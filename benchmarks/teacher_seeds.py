@@ -131,7 +131,8 @@ def timing(runs: Path) -> dict[str, Any]:
     """Wall clock of a grid trained in one process, from its files' modification times: per
     finished cell, `setup_s` (from the previous cell's DONE.json to this cell's config.yaml,
     written once the teacher is loaded and converted: PIT's fit is in it; None for the first
-    cell) and `wall_s` (from the previous DONE.json to this one); `total_s` from the first
+    cell) and `wall_s` (from the previous DONE.json, or for the first cell from its own
+    config.yaml, to this cell's DONE.json); `total_s` from the first
     config.yaml to the last DONE.json. Meaningless for a grid that was cut and resumed."""
     cells = sorted(
         (p for p in runs.glob("teacher-*-s*") if (p / "DONE.json").is_file()),
@@ -144,7 +145,7 @@ def timing(runs: Path) -> dict[str, Any]:
         start = (cell / "config.yaml").stat().st_mtime
         out["cells"][cell.name] = {
             "setup_s": None if previous is None else round(start - previous, 1),
-            "wall_s": None if previous is None else round(done - previous, 1),
+            "wall_s": round(done - (start if previous is None else previous), 1),
         }
         previous = done
     if cells:
