@@ -227,7 +227,7 @@ def markdown(data: dict[str, Any]) -> str:
     """The tables of docs/results.md §13: per teacher and seed, then per teacher."""
     lines = [
         "| teacher | seed | PIT step-0 KL | TT val loss | PIT val loss | PIT − TT "
-        "| TT train loss (last 10) | PIT train loss (last 10) | TT time (s) | PIT time (s) |",
+        "| TT train loss (last 10) | PIT train loss (last 10) | TT training (s) | PIT training (s) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, block in data["teachers"].items():
@@ -241,6 +241,29 @@ def markdown(data: dict[str, Any]) -> str:
                 f"{u['pit']['train_loss_last']:.3f} | {u['tt']['elapsed_s']:.0f} | "
                 f"{u['pit']['elapsed_s']:.0f} |"
             )
+    steps = sorted(
+        {
+            int(k)
+            for b in data["teachers"].values()
+            for u in b["units"]
+            for k in u["tt"]["val_loss_by_step"]
+        }
+    )
+    lines += [
+        "",
+        "| teacher | seed | validation loss TT / PIT at step "
+        + " | ".join(str(k) for k in steps)
+        + " |",
+        "|---|---:|" + "---|" * len(steps),
+    ]
+    for name, block in data["teachers"].items():
+        for u in block["units"]:
+            cells = []
+            for k in steps:
+                tt = u["tt"]["val_loss_by_step"].get(str(k))
+                pit = u["pit"]["val_loss_by_step"].get(str(k))
+                cells.append("–" if tt is None or pit is None else f"{tt:.3f} / {pit:.3f}")
+            lines.append(f"| {NAMES.get(name, name)} | {u['seed']} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "| teacher | n | mean PIT − TT | 95% t-interval | sign-flip p (Holm) | verdict |",
