@@ -120,9 +120,17 @@ def verdict_of(lo: float, hi: float, bounds: tuple[float, float]) -> dict[str, A
     if hi < b_lo or lo > b_hi:
         return {"verdict": "contradicted"}
     largest = max(abs(lo), abs(hi))
+    side = ""
+    if lo > 0:
+        side = "; PIT at or ahead of TT excluded"
+    elif hi < 0:
+        side = "; PIT at or behind TT excluded"
     return {
         "verdict": "undecided",
-        "excluded": f"|PIT − TT| larger than {largest:.3f} (PIT − TT outside [{lo:.3f}, {hi:.3f}])",
+        "excluded": (
+            f"PIT − TT below {lo:+.3f} or above {hi:+.3f}, so effects larger than {largest:.3f}"
+            + side
+        ),
         "excluded_above": largest,
     }
 
@@ -277,7 +285,7 @@ def markdown(data: dict[str, Any]) -> str:
         ci = "–" if "ci95" not in v else f"{v['ci95'][0]:+.3f} to {v['ci95'][1]:+.3f}"
         flip = v.get("sign_flip")
         p = "–" if flip is None else f"{flip['p']:.2f} ({flip.get('holm_p', flip['p']):.2f})"
-        verdict = v["verdict"] + (f": {v['excluded']}" if "excluded" in v else "")
+        verdict = v["verdict"] + (f"; excluded: {v['excluded']}" if "excluded" in v else "")
         lines.append(
             f"| {NAMES.get(name, name)} | {v['n']} | {v['mean']:+.3f} | {ci} | {p} | {verdict} |"
         )
