@@ -123,7 +123,7 @@ def is_decoder_run(spec: str | Path) -> bool:
     """Whether a teacher-mode `model` spec names a training run (or checkpoint) of our decoder
     rather than a transformers model: such a run is converted by `tying.conversion.convert` on
     the decoder's own interface and final norm."""
-    from tying.loader import is_run_spec
+    from tying.train.checkpoint import is_run_spec
 
     return is_run_spec(spec)
 
