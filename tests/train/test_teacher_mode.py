@@ -52,3 +52,29 @@ def test_teacher_run_trains_and_exports(small_corpus, tiny_teacher, tmp_path, ti
         ours = model(torch.arange(0, 40).reshape(2, 20))
     torch.testing.assert_close(exported_logits, ours, rtol=1e-4, atol=1e-4)
     assert result.steps == 4
+
+
+def test_teacher_mode_from_a_decoder_run(small_corpus, tmp_path) -> None:
+    """`model` may name a training run of our decoder: it is converted on its own interface
+    (conversion.json, a step-0 KL row), trains with the run's tokenizer, resumes and reloads."""
+    from tying.train.restore import load_trained
+
+    teacher = tmp_path / "teacher"
+    train(load_config(TrainConfig, None, small_run(small_corpus, teacher, tie="tt", max_steps=2)))
+    run_dir = tmp_path / "student"
+    settings = dict(
+        model=teacher, tie="pit", max_steps=2, step0_tokens=256, tokenizer="gpt2", preset="mini"
+    )
+    overrides = [*small_run(small_corpus, run_dir, **settings), "fit.tokens=256"]
+    train(load_config(TrainConfig, None, overrides))
+    report = json.loads((run_dir / "conversion.json").read_text())
+    assert report["family"] == "interface-model" and report["t_init"] == "fit"
+    step0 = read_metrics(run_dir)[0]
+    assert step0["step"] == 0 and step0["step0_kl"] == pytest.approx(report["step0"]["kl"])
+    assert 0 <= step0["step0_kl"] < 1
+    # The run continues from its checkpoint, and loads for analysis with the teacher's tokenizer.
+    train(load_config(TrainConfig, None, [*overrides, "max_steps=4", "resume=true"]))
+    assert max(r["step"] for r in read_metrics(run_dir) if "loss" in r) == 4
+    model, tokenizer, cfg, _ = load_trained(run_dir)
+    assert type(model.interface).__name__ == "PseudoInverseTying" and tokenizer.vocab_size == 512
+    assert cfg.model == str(teacher)

@@ -66,9 +66,11 @@ def build_model(
     """
     options = cfg.interface_keywords()
     if cfg.model is not None:
-        hf_model, _ = load(cfg.model)
         if calibration is None and options.get("t_init") == "fit":
             del options["t_init"]  # the default: its closed form without data, same structure
+        if is_decoder_run(cfg.model):
+            return _convert_decoder_run(cfg, calibration, measure, options)
+        hf_model, _ = load(cfg.model)
         convert(
             hf_model,
             tie=cfg.tie,
@@ -118,6 +120,60 @@ def check_vocabulary(tokenizer_vocab: int, model_vocab: int, tokenizer_name: str
             f"is V={model_vocab}: ids >= {model_vocab} would be out of range; use the model's own "
             "tokenizer (or a preset built for this tokenizer's vocabulary)"
         )
+
+
+def is_decoder_run(spec: str | Path) -> bool:
+    """Whether a teacher-mode `model` spec names a training run (or checkpoint) of our decoder
+    rather than a transformers model: such a run is converted by `tying.conversion.convert` on
+    the decoder's own interface and final norm."""
+    from tying.train.checkpoint import is_run_spec
+
+    return is_run_spec(spec)
+
+
+def teacher_run_config(spec: str | Path) -> TrainConfig:
+    """The TrainConfig of a teacher given as a training run (`is_decoder_run`)."""
+    from tying.train import checkpoint as ckpt
+    from tying.train.config import saved_train_config
+
+    folder = ckpt.resolve_checkpoint(spec)
+    state = ckpt.read_trainer_state(folder)
+    return saved_train_config(state["config"], source=str(folder / "trainer.json"))
+
+
+def tokenizer_spec(cfg: TrainConfig) -> Any:
+    """The `load_tokenizer` spec of a run: the teacher's in teacher mode (for a teacher that is
+    a run of our decoder, that run's own), else `cfg.tokenizer`."""
+    if cfg.model is None:
+        return cfg.tokenizer
+    if is_decoder_run(cfg.model):
+        return tokenizer_spec(teacher_run_config(cfg.model))
+    return cfg.model
+
+
+def _convert_decoder_run(
+    cfg: TrainConfig,
+    calibration: Callable[[int], list[tuple[torch.Tensor, torch.Tensor]]] | None,
+    measure: list[tuple[torch.Tensor, torch.Tensor]] | None,
+    options: dict[str, Any],
+) -> nn.Module:
+    """Teacher mode from a run of our decoder: its newest checkpoint, converted in place to
+    `cfg.tie` (the report kept as `model.tying_report`, as a transformers model keeps it)."""
+    from tying.hf.convert import REPORT_ATTR
+    from tying.train.restore import load_trained
+
+    model, _, _, _ = load_trained(cfg.model)
+    report = convert(
+        model,
+        tie=cfg.tie,
+        calibration=calibration,
+        measure=measure,
+        fit_options=cfg.fit,
+        progress=cfg.progress,
+        **options,
+    )
+    setattr(model, REPORT_ATTR, report)
+    return model.train()
 
 
 def _shards(
@@ -173,7 +229,7 @@ def build_setup(cfg: TrainConfig, info: DistInfo, *, calibrate: bool = True) -> 
         calibrate: teacher mode: measure and repair the conversion on data (scale search,
             fit, step-0 KL). False when the weights come from a checkpoint anyway.
     """
-    tokenizer = load_tokenizer(cfg.model if cfg.model is not None else cfg.tokenizer)
+    tokenizer = load_tokenizer(tokenizer_spec(cfg))
     source = cfg.data if cfg.data is not None else default_train_source()
     train_folder = _shards(source, tokenizer, info, cfg.max_documents, cfg.progress)
     val_store = None

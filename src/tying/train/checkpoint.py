@@ -211,6 +211,18 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
+def is_run_spec(spec: str | Path) -> bool:
+    """Whether `spec` names a training run, its ``checkpoints/`` folder or one checkpoint folder."""
+    path = Path(spec).expanduser()
+    if not path.is_dir():
+        return False
+    return (
+        (path / "trainer.json").is_file()
+        or (path / "checkpoints").is_dir()
+        or (path.name == "checkpoints" and any(path.glob("step-*")))
+    )
+
+
 def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint folder from a checkpoint folder, a run folder, or a `checkpoints/` folder."""
     p = Path(path)

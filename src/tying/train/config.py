@@ -42,7 +42,8 @@ class TrainConfig:
     Attributes:
         preset: decoder preset trained from scratch (tiny, mini, small, medium, large, xl).
         model: teacher mode: the pretrained model to convert and continue (smollm2, a .gguf, a
-            transformers folder or a hub id); null trains `preset` from scratch.
+            transformers folder, a hub id, or a training run of our decoder, converted on its own
+            interface); null trains `preset` from scratch.
         tie: token interface: untied, tt (W_out = E^T) or pit (pseudo-inverse tying).
         fit: teacher-mode PIT, pit.t_init=fit: fit.tokens (calibration tokens), fit.params (what
             moves: a subset of t,gain,bias,z), step sizes.

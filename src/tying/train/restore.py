@@ -9,7 +9,7 @@ from torch import nn
 
 from tying.data.tokenizer import load_tokenizer
 from tying.train import checkpoint as ckpt
-from tying.train.build import build_model
+from tying.train.build import build_model, tokenizer_spec
 from tying.train.config import TrainConfig, saved_train_config
 
 
@@ -19,7 +19,7 @@ def load_trained(path: str | Path) -> tuple[nn.Module, Any, TrainConfig, Path]:
     model_state = ckpt.load_model_state(folder)
     trainer_state = ckpt.read_trainer_state(folder)
     cfg = saved_train_config(trainer_state["config"], source=str(folder / "trainer.json"))
-    tokenizer = load_tokenizer(cfg.model if cfg.model is not None else cfg.tokenizer)
+    tokenizer = load_tokenizer(tokenizer_spec(cfg))
     model = build_model(cfg, tokenizer.vocab_size)
     model.load_state_dict(model_state)
     model.eval()

@@ -215,12 +215,9 @@ class TrainWeights:
 
 def _record_conversion(model: nn.Module, run_dir: Path, logger: MetricsLogger) -> None:
     """Teacher mode: conversion.json (the ConversionReport) and a step-0 row with its KL."""
-    hf_model = getattr(model, "hf_model", None)
-    if hf_model is None:
-        return
     from tying.hf import conversion_report
 
-    report = conversion_report(hf_model)
+    report = conversion_report(model)  # a transformers model, or a converted decoder run
     if report is None:
         return
     (run_dir / "conversion.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")

@@ -1,0 +1,320 @@
+"""The PIT paper's teacher-mode claim (Table 1, Teacher rows: PIT's loss at TT's level) on the two
+near-isotropic teachers, over seeds: TT vs PIT continued pretraining from each teacher
+(configs/experiments/teacher_isotropic_decoder.yaml and teacher_isotropic_gpt2.yaml).
+
+Per teacher and seed: the final validation loss of the TT and the PIT run (the last `val_loss`
+row of metrics.jsonl, at the last step), PIT's step-0 KL(teacher || converted) (conversion.json),
+and the paired difference PIT − TT (the same seed: the same data order). The seed is the unit.
+Per teacher: the mean difference, its 95% t-interval (scipy), the exact two-sided sign-flip test
+(`tying.evaluation.stats.sign_flip_test`; with n seeds its smallest p is 2 / 2^n: 0.25 at n = 3,
+so at n = 3 it can never reject at 0.05), and Holm's adjustment over the teachers. Verdict, against
+the paper's own range of teacher-mode differences (PIT − TT of Table 1's three teacher rows):
+"reproduced" if the interval lies inside that range, "contradicted" if it lies entirely outside it,
+otherwise "undecided" with the largest |effect| the interval leaves.
+
+    python benchmarks/teacher_seeds.py [--decoder runs/experiment-teacher-isotropic-decoder] \
+        [--gpt2 runs/experiment-teacher-isotropic-gpt2] [--out docs/results/teacher_seeds.json]
+    python benchmarks/teacher_seeds.py --markdown    # the tables of docs/results.md §13
+
+Only seeds whose TT and PIT runs both finished (DONE.json) are paired; the others are listed as
+missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+#: The PIT paper's Table 1, Teacher rows: final training loss (TT, PIT) per model.
+PAPER_TABLE1 = {
+    "GPT-256M": {"tt": 2.311, "pit": 2.304},
+    "GPT-590M": {"tt": 3.523, "pit": 3.714},
+    "GPT-1.3B": {"tt": 3.025, "pit": 2.821},
+}
+TEACHERS = {
+    "decoder": "runs/experiment-teacher-isotropic-decoder",
+    "gpt2": "runs/experiment-teacher-isotropic-gpt2",
+}
+CONFIGS = {
+    "decoder": "configs/experiments/teacher_isotropic_decoder.yaml",
+    "gpt2": "configs/experiments/teacher_isotropic_gpt2.yaml",
+}
+#: Training-loss rows averaged for the secondary (training-loss) comparison.
+TRAIN_WINDOW = 10
+
+
+def paper_range() -> tuple[float, float]:
+    """(smallest, largest) PIT − TT of Table 1's teacher rows, rounded to the table's 3 decimals."""
+    diffs = [round(r["pit"] - r["tt"], 3) for r in PAPER_TABLE1.values()]
+    return min(diffs), max(diffs)
+
+
+def read_run(run: Path) -> dict[str, Any] | None:
+    """Final validation loss, last-window training loss, step-0 conversion and time of a finished
+    run; None when it has not finished (no DONE.json)."""
+    done = run / "DONE.json"
+    if not done.is_file():
+        return None
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
+    val = [r for r in rows if r.get("val_loss") is not None]
+    train = [r for r in rows if "loss" in r]
+    last = max(r["step"] for r in train)
+    finals = [r for r in val if r["step"] == last]
+    if not finals:
+        raise ValueError(f"{run}: no validation loss at the last step {last}")
+    out: dict[str, Any] = {
+        "steps": last,
+        "val_loss": float(finals[-1]["val_loss"]),
+        "val_loss_by_step": {str(r["step"]): float(r["val_loss"]) for r in val},
+        "train_loss_last": sum(r["loss"] for r in train[-TRAIN_WINDOW:])
+        / len(train[-TRAIN_WINDOW:]),
+        "elapsed_s": json.loads(done.read_text())["result"]["elapsed_s"],
+    }
+    conversion = run / "conversion.json"
+    if conversion.is_file():
+        report = json.loads(conversion.read_text())
+        step0 = report.get("step0") or {}
+        out["conversion"] = {
+            "t_init": report.get("t_init"),
+            "step0_kl": step0.get("kl"),
+            "step0_loss": step0.get("loss"),
+            "step0_teacher_loss": step0.get("teacher_loss"),
+        }
+    return out
+
+
+def paired_summary(differences: list[float], bounds: tuple[float, float]) -> dict[str, Any]:
+    """Mean, 95% t-interval, exact sign-flip p and the verdict of paired differences."""
+    from scipy import stats as st
+
+    from tying.evaluation.stats import sign_flip_test
+
+    n = len(differences)
+    out: dict[str, Any] = {"n": n, "differences": list(differences)}
+    if n == 0:
+        return {**out, "verdict": "not run"}
+    mean = sum(differences) / n
+    out["mean"] = mean
+    if n < 2:
+        return {**out, "verdict": "undecided", "note": "one seed: no interval, no test"}
+    test = sign_flip_test(differences)
+    out["sign_flip"] = {"p": test.p_value, "smallest_possible_p": test.smallest_p_value}
+    sd = math.sqrt(sum((d - mean) ** 2 for d in differences) / (n - 1))
+    t_crit = float(st.t.ppf(0.975, n - 1))
+    half = t_crit * sd / math.sqrt(n)
+    lo, hi = mean - half, mean + half
+    out.update(sd=sd, t_crit=t_crit, ci95=[lo, hi])
+    out.update(verdict_of(lo, hi, bounds))
+    return out
+
+
+def verdict_of(lo: float, hi: float, bounds: tuple[float, float]) -> dict[str, Any]:
+    """ "reproduced" if [lo, hi] lies inside `bounds`, "contradicted" if it lies entirely outside
+    (above or below), else "undecided" with the largest |PIT − TT| the interval leaves."""
+    b_lo, b_hi = bounds
+    if b_lo <= lo and hi <= b_hi:
+        return {"verdict": "reproduced"}
+    if hi < b_lo or lo > b_hi:
+        return {"verdict": "contradicted"}
+    largest = max(abs(lo), abs(hi))
+    side = ""
+    if lo > 0:
+        side = "; PIT at or ahead of TT excluded"
+    elif hi < 0:
+        side = "; PIT at or behind TT excluded"
+    return {
+        "verdict": "undecided",
+        "excluded": (
+            f"PIT − TT below {lo:+.3f} or above {hi:+.3f}, so effects larger than {largest:.3f}"
+            + side
+        ),
+        "excluded_above": largest,
+    }
+
+
+def timing(runs: Path) -> dict[str, Any]:
+    """Wall clock of a grid trained in one process, from its files' modification times: per
+    finished cell, `setup_s` (from the previous cell's DONE.json to this cell's config.yaml,
+    written once the teacher is loaded and converted: PIT's fit is in it; None for the first
+    cell) and `wall_s` (from the previous DONE.json, or for the first cell from its own
+    config.yaml, to this cell's DONE.json); `total_s` from the first
+    config.yaml to the last DONE.json. Meaningless for a grid that was cut and resumed."""
+    cells = sorted(
+        (p for p in runs.glob("teacher-*-s*") if (p / "DONE.json").is_file()),
+        key=lambda p: (p / "DONE.json").stat().st_mtime,
+    )
+    out: dict[str, Any] = {"cells": {}}
+    previous = None
+    for cell in cells:
+        done = (cell / "DONE.json").stat().st_mtime
+        start = (cell / "config.yaml").stat().st_mtime
+        out["cells"][cell.name] = {
+            "setup_s": None if previous is None else round(start - previous, 1),
+            "wall_s": round(done - (start if previous is None else previous), 1),
+        }
+        previous = done
+    if cells:
+        first = min((c / "config.yaml").stat().st_mtime for c in cells)
+        out["total_s"] = round(previous - first, 1)
+    return out
+
+
+def teacher_block(folder: Path, seeds: list[int] | None = None) -> dict[str, Any]:
+    """Per-seed TT and PIT runs of one experiment folder, and their paired summary."""
+    runs = folder / "runs"
+    found = sorted(
+        {int(p.name.rsplit("-s", 1)[1]) for p in runs.glob("teacher-*-s*") if p.is_dir()}
+    )
+    seeds = found if seeds is None else seeds
+    units, missing = [], []
+    for seed in seeds:
+        tt = read_run(runs / f"teacher-tt-s{seed}")
+        pit = read_run(runs / f"teacher-pit-s{seed}")
+        if tt is None or pit is None:
+            missing.append(seed)
+            continue
+        units.append(
+            {
+                "seed": seed,
+                "tt": tt,
+                "pit": pit,
+                "step0_kl_pit": (pit.get("conversion") or {}).get("step0_kl"),
+                "diff_val": pit["val_loss"] - tt["val_loss"],
+                "diff_train_last": pit["train_loss_last"] - tt["train_loss_last"],
+            }
+        )
+    bounds = paper_range()
+    return {
+        "folder": str(folder),
+        "timing": timing(runs),
+        "units": units,
+        "missing_seeds": missing,
+        "step0_kl_pit": [u["step0_kl_pit"] for u in units],
+        "val_loss": paired_summary([u["diff_val"] for u in units], bounds),
+        "train_loss_last": paired_summary([u["diff_train_last"] for u in units], bounds),
+    }
+
+
+def analyse(folders: dict[str, Path]) -> dict[str, Any]:
+    """The JSON of docs/results/teacher_seeds.json for {teacher name: experiment folder}."""
+    from tying.evaluation.stats import holm
+
+    teachers = {name: teacher_block(Path(folder)) for name, folder in folders.items()}
+    tested = [n for n, t in teachers.items() if "sign_flip" in t["val_loss"]]
+    adjusted = holm([teachers[n]["val_loss"]["sign_flip"]["p"] for n in tested])
+    for name, p in zip(tested, adjusted, strict=True):
+        teachers[name]["val_loss"]["sign_flip"]["holm_p"] = p
+    lo, hi = paper_range()
+    return {
+        "claim": "PIT paper (001) Table 1, Teacher rows: in teacher mode PIT's loss is at TT's level",
+        "paper": {
+            "table1_teacher_rows": PAPER_TABLE1,
+            "differences": {k: round(r["pit"] - r["tt"], 3) for k, r in PAPER_TABLE1.items()},
+            "range": [lo, hi],
+            "loss": "final training loss (FineWeb-Edu)",
+        },
+        "rule": (
+            "per teacher, the 95% t-interval of the mean PIT − TT final validation loss over "
+            f"seeds: reproduced if inside [{lo}, {hi}] (the paper's own teacher-mode "
+            "differences), contradicted if entirely outside, else undecided; the exact sign-flip "
+            "test's smallest two-sided p with n seeds is 2/2^n (0.25 at n = 3), so it cannot reject "
+            "at 0.05 with 3 seeds; Holm over the teachers"
+        ),
+        "configs": {n: CONFIGS.get(n) for n in folders},
+        "teachers": teachers,
+    }
+
+
+NAMES = {"decoder": "decoder `tiny`", "gpt2": "GPT-2 (LayerNorm)"}
+
+
+def markdown(data: dict[str, Any]) -> str:
+    """The tables of docs/results.md §13: per teacher and seed, then per teacher."""
+    lines = [
+        "| teacher | seed | PIT step-0 KL | TT val loss | PIT val loss | PIT − TT "
+        "| TT train loss (last 10) | PIT train loss (last 10) | TT training (s) | PIT training (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, block in data["teachers"].items():
+        for u in block["units"]:
+            kl = u["step0_kl_pit"]
+            lines.append(
+                f"| {NAMES.get(name, name)} | {u['seed']} | "
+                + ("–" if kl is None else f"{kl:.3f}")
+                + f" | {u['tt']['val_loss']:.3f} | {u['pit']['val_loss']:.3f} | "
+                f"{u['diff_val']:+.3f} | {u['tt']['train_loss_last']:.3f} | "
+                f"{u['pit']['train_loss_last']:.3f} | {u['tt']['elapsed_s']:.0f} | "
+                f"{u['pit']['elapsed_s']:.0f} |"
+            )
+    steps = sorted(
+        {
+            int(k)
+            for b in data["teachers"].values()
+            for u in b["units"]
+            for k in u["tt"]["val_loss_by_step"]
+        }
+    )
+    lines += [
+        "",
+        "| teacher | seed | validation loss TT / PIT at step "
+        + " | ".join(str(k) for k in steps)
+        + " |",
+        "|---|---:|" + "---|" * len(steps),
+    ]
+    for name, block in data["teachers"].items():
+        for u in block["units"]:
+            cells = []
+            for k in steps:
+                tt = u["tt"]["val_loss_by_step"].get(str(k))
+                pit = u["pit"]["val_loss_by_step"].get(str(k))
+                cells.append("–" if tt is None or pit is None else f"{tt:.3f} / {pit:.3f}")
+            lines.append(f"| {NAMES.get(name, name)} | {u['seed']} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| teacher | n | mean PIT − TT | 95% t-interval | sign-flip p (Holm) | verdict |",
+        "|---|---:|---:|---|---|---|",
+    ]
+    for name, block in data["teachers"].items():
+        v = block["val_loss"]
+        if v["n"] == 0:
+            lines.append(f"| {NAMES.get(name, name)} | 0 | – | – | – | not run |")
+            continue
+        ci = "–" if "ci95" not in v else f"{v['ci95'][0]:+.3f} to {v['ci95'][1]:+.3f}"
+        flip = v.get("sign_flip")
+        p = "–" if flip is None else f"{flip['p']:.2f} ({flip.get('holm_p', flip['p']):.2f})"
+        verdict = v["verdict"] + (f"; excluded: {v['excluded']}" if "excluded" in v else "")
+        lines.append(
+            f"| {NAMES.get(name, name)} | {v['n']} | {v['mean']:+.3f} | {ci} | {p} | {verdict} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--decoder", default=TEACHERS["decoder"])
+    parser.add_argument("--gpt2", default=TEACHERS["gpt2"])
+    parser.add_argument("--out", default="docs/results/teacher_seeds.json")
+    parser.add_argument(
+        "--markdown", action="store_true", help="print the tables of an existing --out JSON"
+    )
+    args = parser.parse_args()
+    if args.markdown:
+        print(markdown(json.loads(Path(args.out).read_text())))
+        return
+    data = analyse({"decoder": Path(args.decoder), "gpt2": Path(args.gpt2)})
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=2) + "\n")
+    for name, block in data["teachers"].items():
+        v = block["val_loss"]
+        print(name, {k: v.get(k) for k in ("n", "mean", "ci95", "sign_flip", "verdict")})
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
