@@ -274,7 +274,10 @@ def _fail(verb: str, message: str, status: int) -> int:
     """Print `tying VERB: error: MESSAGE` (first line of the message only); return `status`."""
     first = " ".join(str(message).split("\n")[0].split()) or "(no message)"
     prog = f"tying {verb}" if verb else "tying"
-    print(f"{prog}: error: {first}", file=sys.stderr)
+    # One write per line: the ranks of a process group share stderr, and print's separate
+    # write of the newline let two ranks' errors run together on one line.
+    sys.stderr.write(f"{prog}: error: {first}\n")
+    sys.stderr.flush()
     return status
 
 

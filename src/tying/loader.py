@@ -40,17 +40,11 @@ from tying.hf import HFCausalLM, convert, from_pretrained, is_converted, is_conv
 from tying.hf.native import load_tokenizer as load_saved_tokenizer
 from tying.hf.state import CONFIG_KEY
 from tying.interface import InterfaceModel, TokenInterface, is_interface_model
-from tying.train.checkpoint import is_run_spec as _is_run_spec
-from tying.train.checkpoint import resolve_checkpoint
+from tying.train.checkpoint import is_run_spec, resolve_checkpoint  # is_run_spec: re-exported
 from tying.train.restore import load_trained
 
 #: The kinds of `LoadedModel.kind`.
 MODEL_KINDS = ("run", "hf", "module")
-
-
-def is_run_spec(spec: str | Path) -> bool:
-    """Whether `spec` names a training run, its ``checkpoints/`` folder or one checkpoint folder."""
-    return _is_run_spec(spec)
 
 
 def safe_name(text: str) -> str:
