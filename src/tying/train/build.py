@@ -18,6 +18,7 @@ from tying.data.shards import TokenStore, ensure_shards, open_shards
 from tying.data.tokenizer import TextTokenizer, load_tokenizer
 from tying.decoder import Decoder, ModelConfig, preset_config
 from tying.hf import HFCausalLM, convert, load
+from tying.hf.convert import REPORT_ATTR
 from tying.interface import build_interface, interface_class
 from tying.paths import cache_dir
 from tying.train.config import TrainConfig
@@ -68,11 +69,10 @@ def build_model(
     if cfg.model is not None:
         if calibration is None and options.get("t_init") == "fit":
             del options["t_init"]  # the default: its closed form without data, same structure
-        if is_decoder_run(cfg.model):
-            return _convert_decoder_run(cfg, calibration, measure, options)
-        hf_model, _ = load(cfg.model)
-        convert(
-            hf_model,
+        decoder_run = is_decoder_run(cfg.model)
+        teacher = _load_decoder_run(cfg.model) if decoder_run else load(cfg.model)[0]
+        report = convert(
+            teacher,
             tie=cfg.tie,
             calibration=calibration,
             measure=measure,
@@ -80,7 +80,10 @@ def build_model(
             progress=cfg.progress,
             **options,
         )
-        return HFCausalLM(hf_model)
+        if decoder_run:  # kept as a transformers model keeps it (`tying.hf.conversion_report`)
+            setattr(teacher, REPORT_ATTR, report)
+            return teacher.train()
+        return HFCausalLM(teacher)
     # Keywords the model config carries (its flat keys, `config_options`) go through it; the
     # rest (PIT's t_scale) to an interface built here.
     model_keys = {kw: key for key, kw in interface_class(cfg.tie).config_options.items()}
@@ -151,29 +154,12 @@ def tokenizer_spec(cfg: TrainConfig) -> Any:
     return cfg.model
 
 
-def _convert_decoder_run(
-    cfg: TrainConfig,
-    calibration: Callable[[int], list[tuple[torch.Tensor, torch.Tensor]]] | None,
-    measure: list[tuple[torch.Tensor, torch.Tensor]] | None,
-    options: dict[str, Any],
-) -> nn.Module:
-    """Teacher mode from a run of our decoder: its newest checkpoint, converted in place to
-    `cfg.tie` (the report kept as `model.tying_report`, as a transformers model keeps it)."""
-    from tying.hf.convert import REPORT_ATTR
+def _load_decoder_run(spec: str) -> nn.Module:
+    """Teacher mode from a run of our decoder: its newest checkpoint (converted in place on the
+    decoder's own interface by `build_model`)."""
     from tying.train.restore import load_trained
 
-    model, _, _, _ = load_trained(cfg.model)
-    report = convert(
-        model,
-        tie=cfg.tie,
-        calibration=calibration,
-        measure=measure,
-        fit_options=cfg.fit,
-        progress=cfg.progress,
-        **options,
-    )
-    setattr(model, REPORT_ATTR, report)
-    return model.train()
+    return load_trained(spec)[0]
 
 
 def _shards(
