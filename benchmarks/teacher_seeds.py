@@ -86,8 +86,8 @@ def read_run(run: Path) -> dict[str, Any] | None:
     return out
 
 
-def paired_summary(differences: list[float], bounds: tuple[float, float]) -> dict[str, Any]:
-    """Mean, 95% t-interval, exact sign-flip p and the verdict of paired differences."""
+def paired_stats(differences: list[float]) -> dict[str, Any]:
+    """Mean, 95% t-interval and exact sign-flip p of paired differences (one per seed)."""
     from scipy import stats as st
 
     from tying.evaluation.stats import sign_flip_test
@@ -95,19 +95,28 @@ def paired_summary(differences: list[float], bounds: tuple[float, float]) -> dic
     n = len(differences)
     out: dict[str, Any] = {"n": n, "differences": list(differences)}
     if n == 0:
-        return {**out, "verdict": "not run"}
+        return out
     mean = sum(differences) / n
     out["mean"] = mean
     if n < 2:
-        return {**out, "verdict": "undecided", "note": "one seed: no interval, no test"}
+        return out
     test = sign_flip_test(differences)
     out["sign_flip"] = {"p": test.p_value, "smallest_possible_p": test.smallest_p_value}
     sd = math.sqrt(sum((d - mean) ** 2 for d in differences) / (n - 1))
     t_crit = float(st.t.ppf(0.975, n - 1))
     half = t_crit * sd / math.sqrt(n)
-    lo, hi = mean - half, mean + half
-    out.update(sd=sd, t_crit=t_crit, ci95=[lo, hi])
-    out.update(verdict_of(lo, hi, bounds))
+    out.update(sd=sd, t_crit=t_crit, ci95=[mean - half, mean + half])
+    return out
+
+
+def paired_summary(differences: list[float], bounds: tuple[float, float]) -> dict[str, Any]:
+    """`paired_stats` and the verdict against `bounds` (the paper's range)."""
+    out = paired_stats(differences)
+    if out["n"] == 0:
+        return {**out, "verdict": "not run"}
+    if "ci95" not in out:
+        return {**out, "verdict": "undecided", "note": "one seed: no interval, no test"}
+    out.update(verdict_of(*out["ci95"], bounds))
     return out
 
 
@@ -195,6 +204,31 @@ def teacher_block(folder: Path, seeds: list[int] | None = None) -> dict[str, Any
         "step0_kl_pit": [u["step0_kl_pit"] for u in units],
         "val_loss": paired_summary([u["diff_val"] for u in units], bounds),
         "train_loss_last": paired_summary([u["diff_train_last"] for u in units], bounds),
+        "trainable_z": trainable_z_block(runs, units),
+    }
+
+
+def trainable_z_block(runs: Path, units: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ablation outside the paper's recipe: PIT with Z trained (cells `teacher-pit-z-sN`),
+    paired by seed with the same seed's TT and frozen-Z PIT runs (final validation loss)."""
+    rows = []
+    for unit in units:
+        pit_z = read_run(runs / f"teacher-pit-z-s{unit['seed']}")
+        if pit_z is None:
+            continue
+        rows.append(
+            {
+                "seed": unit["seed"],
+                "pit_z": pit_z,
+                "step0_kl": (pit_z.get("conversion") or {}).get("step0_kl"),
+                "minus_tt": pit_z["val_loss"] - unit["tt"]["val_loss"],
+                "minus_frozen": pit_z["val_loss"] - unit["pit"]["val_loss"],
+            }
+        )
+    return {
+        "units": rows,
+        "minus_tt": paired_stats([r["minus_tt"] for r in rows]),
+        "minus_frozen": paired_stats([r["minus_frozen"] for r in rows]),
     }
 
 
@@ -289,6 +323,33 @@ def markdown(data: dict[str, Any]) -> str:
         lines.append(
             f"| {NAMES.get(name, name)} | {v['n']} | {v['mean']:+.3f} | {ci} | {p} | {verdict} |"
         )
+    lines += [
+        "",
+        "| teacher | seed | PIT (Z trained) step-0 KL | val loss | − TT | − PIT (Z frozen) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, block in data["teachers"].items():
+        for r in block.get("trainable_z", {}).get("units", []):
+            kl = "–" if r["step0_kl"] is None else f"{r['step0_kl']:.3f}"
+            lines.append(
+                f"| {NAMES.get(name, name)} | {r['seed']} | {kl} | {r['pit_z']['val_loss']:.3f} | "
+                f"{r['minus_tt']:+.3f} | {r['minus_frozen']:+.3f} |"
+            )
+    lines += [
+        "",
+        "| teacher | n | Z trained − TT: mean (95% t) | Z trained − Z frozen: mean (95% t) |",
+    ]
+    lines.append("|---|---:|---|---|")
+    for name, block in data["teachers"].items():
+        z = block.get("trainable_z")
+        if not z or not z["units"]:
+            continue
+        cells = []
+        for key in ("minus_tt", "minus_frozen"):
+            v = z[key]
+            ci = "" if "ci95" not in v else f" ({v['ci95'][0]:+.3f} to {v['ci95'][1]:+.3f})"
+            cells.append(f"{v['mean']:+.3f}{ci}")
+        lines.append(f"| {NAMES.get(name, name)} | {z[key]['n']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -106,3 +106,26 @@ def test_analyse_pairs_seeds_and_adjusts(tmp_path) -> None:
     table = s.markdown(data)
     assert "| 0 | 0.040 | 7.000 | 7.100 | +0.100 |" in table
     assert "| 3 | +0.200 | -0.048 to +0.448 | 0.25 (0.50) | undecided" in table
+
+
+def test_the_trainable_z_cells_are_paired_with_tt_and_frozen_pit(tmp_path) -> None:
+    s = _script()
+    runs = tmp_path / "t" / "runs"
+    for seed, (pit, pit_z) in enumerate([(7.3, 7.1), (7.4, 7.15), (7.5, 7.2)]):
+        _run(runs / f"teacher-tt-s{seed}", 7.0, kl=0.0)
+        _run(runs / f"teacher-pit-s{seed}", pit, kl=0.05)
+        if seed < 2:  # seed 2's Z-trained run has not finished: left out, not paired
+            _run(runs / f"teacher-pit-z-s{seed}", pit_z, kl=0.05)
+    block = s.analyse({"t": tmp_path / "t"})["teachers"]["t"]
+    z = block["trainable_z"]
+    assert [r["seed"] for r in z["units"]] == [0, 1]
+    assert z["minus_tt"]["differences"] == pytest.approx([0.1, 0.15])
+    assert z["minus_frozen"]["differences"] == pytest.approx([-0.2, -0.25])
+    # n = 2: mean −0.225, sd 0.035355, t(0.975, 1) = 12.706: half-width 0.31766.
+    assert z["minus_frozen"]["ci95"] == pytest.approx(
+        [-0.225 - 0.31766, -0.225 + 0.31766], abs=1e-4
+    )
+    assert "verdict" not in z["minus_frozen"]  # an ablation: no verdict against the paper
+    # The frozen-Z comparison with TT is unchanged by the extra cells.
+    assert [u["diff_val"] for u in block["units"]] == pytest.approx([0.3, 0.4, 0.5])
+    assert "| 0 | 0.050 | 7.100 | +0.100 | -0.200 |" in s.markdown(s.analyse({"t": tmp_path / "t"}))
