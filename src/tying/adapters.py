@@ -28,9 +28,12 @@ with matching sizes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Iterable
+import logging
+import warnings
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +43,8 @@ from torch import Tensor, nn
 from tying.decoder import Decoder
 from tying.hf import HFCausalLM, TyingForCausalLM
 from tying.interface import TokenInterface
+
+log = logging.getLogger(__name__)
 
 #: The record of the base model, in the adapter folder.
 ADAPTER_RECORD = "tying_adapter.json"
@@ -416,6 +421,25 @@ def load_interface_tensors(model: nn.Module, adapter_dir: str | Path) -> list[st
     return sorted(tensors)
 
 
+#: A warning peft triggers on every wrap (PeftModel reads `model.is_gradient_checkpointing`,
+#: which transformers 5 deprecates): expected, not ours to fix, so logged at debug level.
+_PEFT_CHATTER = "is_gradient_checkpointing"
+
+
+@contextlib.contextmanager
+def quiet_peft() -> Iterator[None]:
+    """Run a peft wrap (`get_peft_model`, `PeftModel.from_pretrained`) with its expected
+    transformers FutureWarning sent to the debug log; every other warning is re-emitted."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        yield
+    for w in caught:
+        if issubclass(w.category, FutureWarning) and _PEFT_CHATTER in str(w.message):
+            log.debug("peft: %s", w.message)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
 def apply_adapter(model: nn.Module, adapter_dir: str | Path) -> nn.Module:
     """`model` under the adapter in `adapter_dir`, in eval mode (checked by `check_adapter_base`
     first; the LoRA layers are injected into `model` in place, and trained interface tensors,
@@ -430,7 +454,8 @@ def apply_adapter(model: nn.Module, adapter_dir: str | Path) -> nn.Module:
     folder = Path(adapter_dir).expanduser()
     check_adapter_base(folder, model)
     try:
-        wrapped = PeftModel.from_pretrained(model, str(folder), is_trainable=False)
+        with quiet_peft():
+            wrapped = PeftModel.from_pretrained(model, str(folder), is_trainable=False)
     except (RuntimeError, ValueError, KeyError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(

@@ -11,10 +11,6 @@ from tying.cli import main
 from tying.experiment.demo import DEMO_FIT_TOKENS
 from tying.train.metrics import read_metrics
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:`is_gradient_checkpointing` is deprecated:FutureWarning"
-)
-
 
 def _demo_args(small_corpus, tiny_teacher, out) -> list[str]:
     return [

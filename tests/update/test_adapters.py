@@ -26,10 +26,6 @@ from tying.update import finetune
 
 from .test_finetune import LLAMA_TARGETS, options
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:`is_gradient_checkpointing` is deprecated:FutureWarning"
-)
-
 
 def test_default_targets_per_family(tiny_base: Path) -> None:
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -104,6 +100,7 @@ def test_refused_on_another_width(trained_adapter: Path, tmp_path: Path) -> None
         check_adapter_base(trained_adapter, model)
 
 
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing`:FutureWarning")  # peft itself
 def test_plain_peft_adapter_gets_the_shape_check(tiny_base: Path, tmp_path: Path) -> None:
     import peft
     from transformers import AutoModelForCausalLM
@@ -129,3 +126,26 @@ def test_malformed_record(trained_adapter: Path, tmp_path: Path, tiny_base: Path
     (copy / ADAPTER_RECORD).write_text("{")
     with pytest.raises(ValueError, match="not valid JSON"):
         check_adapter_base(copy, model)
+
+
+def test_peft_wraps_keep_transformers_chatter_off_the_terminal(
+    tiny_base: Path, trained_adapter: Path
+) -> None:
+    """peft reads `is_gradient_checkpointing`, which transformers deprecates: an expected
+    FutureWarning on every wrap, sent to the debug log (`quiet_peft`), while any other warning
+    still reaches the caller."""
+    import warnings
+
+    from tying.adapters import quiet_peft
+    from tying.update.lora import add_lora
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        apply_adapter(causal_lm_of(load_any(str(tiny_base)).model), trained_adapter)
+        add_lora(causal_lm_of(load_any(str(tiny_base)).model), LLAMA_TARGETS)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with quiet_peft():
+            warnings.warn("`is_gradient_checkpointing` is deprecated", FutureWarning, stacklevel=1)
+            warnings.warn("something else", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in seen] == ["something else"]

@@ -16,10 +16,6 @@ from tying.evaluation.tasks import load_task, seeded_subset
 
 from .test_finetune import error_line
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:`is_gradient_checkpointing` is deprecated:FutureWarning"
-)
-
 
 def test_finetune_evaluate_side_effects(tiny_base: Path, tmp_path: Path, capsys) -> None:
     adapter = tmp_path / "adapter"

@@ -25,10 +25,6 @@ finetune_module = importlib.import_module("tying.update.finetune")
 
 LLAMA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:`is_gradient_checkpointing` is deprecated:FutureWarning"
-)
-
 
 def options(spec: Path, out: Path, **overrides) -> FinetuneOptions:
     """Small, exact settings: fp32, CPU, no progress bar."""

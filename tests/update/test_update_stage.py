@@ -21,10 +21,6 @@ from tying.experiment.updates import (
 )
 from tying.report import Document
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:`is_gradient_checkpointing` is deprecated:FutureWarning"
-)
-
 
 def _config(out: Path, bases: dict[str, str], **updates) -> ExperimentConfig:
     section = {

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from tying.adapters import interface_of
+from tying.adapters import interface_of, quiet_peft
 
 
 def interface_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
@@ -71,7 +71,8 @@ def add_lora(
         bias="none",
         task_type="CAUSAL_LM",
     )
-    peft_model = get_peft_model(model, config)
+    with quiet_peft():
+        peft_model = get_peft_model(model, config)
     names: list[str] = []
     if train_interface:
         for name, parameter in interface_parameters(model).items():
