@@ -144,15 +144,21 @@ def verdict_of(lo: float, hi: float, bounds: tuple[float, float]) -> dict[str, A
     }
 
 
-def timing(runs: Path) -> dict[str, Any]:
+def timing(runs: Path, labels: tuple[str, ...] = ("tt", "pit")) -> dict[str, Any]:
     """Wall clock of a grid trained in one process, from its files' modification times: per
     finished cell, `setup_s` (from the previous cell's DONE.json to this cell's config.yaml,
     written once the teacher is loaded and converted: PIT's fit is in it; None for the first
     cell) and `wall_s` (from the previous DONE.json, or for the first cell from its own
     config.yaml, to this cell's DONE.json); `total_s` from the first
-    config.yaml to the last DONE.json. Meaningless for a grid that was cut and resumed."""
+    config.yaml to the last DONE.json. Only the cells of `labels` (teacher-LABEL-sN), which
+    one invocation trained; meaningless for a grid that was cut and resumed."""
     cells = sorted(
-        (p for p in runs.glob("teacher-*-s*") if (p / "DONE.json").is_file()),
+        (
+            p
+            for label in labels
+            for p in runs.glob(f"teacher-{label}-s*")
+            if p.name.rsplit("-s", 1)[0] == f"teacher-{label}" and (p / "DONE.json").is_file()
+        ),
         key=lambda p: (p / "DONE.json").stat().st_mtime,
     )
     out: dict[str, Any] = {"cells": {}}
@@ -227,6 +233,7 @@ def trainable_z_block(runs: Path, units: list[dict[str, Any]]) -> dict[str, Any]
         )
     return {
         "units": rows,
+        "timing": timing(runs, ("pit-z",)),
         "minus_tt": paired_stats([r["minus_tt"] for r in rows]),
         "minus_frozen": paired_stats([r["minus_frozen"] for r in rows]),
     }
