@@ -25,7 +25,7 @@ from timing import medians, round_robin, write_json
 from tying.config import load_config
 from tying.train.build import build_model
 from tying.train.config import TrainConfig
-from tying.train.optim import optimizers_for_run
+from tying.train.optim import attach_retraction_for_run, optimizers_for_run
 
 VARIANTS: dict[str, list[str]] = {
     "tt": ["tie=tt"],
@@ -46,9 +46,7 @@ def make_step(overrides: list[str], vocab: int, batches):
     cfg = load_config(TrainConfig, None, overrides)
     model = build_model(cfg, vocab)
     optimizer = optimizers_for_run(model, cfg)
-    interface = model.interface
-    if getattr(interface, "trainable_z", False) and cfg.pit.z_optimizer == "adamw":
-        interface.attach_retraction(optimizer.optimizer_of(interface.z))
+    attach_retraction_for_run(model, optimizer, cfg)
     optimizer.set_lr(1e-4)
 
     def step() -> None:

@@ -32,6 +32,7 @@ import difflib
 import importlib
 import logging
 import os
+import re
 import sys
 import traceback
 import warnings
@@ -240,7 +241,7 @@ def _log_own_deprecations(log: logging.Logger) -> None:
     show = warnings.showwarning
 
     def show_own(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, DeprecationWarning) and "will be removed in tying" in str(message):
+        if issubclass(category, DeprecationWarning) and re.match(_OWN_DEPRECATION, str(message)):
             log.warning("deprecated: %s", message)
         else:
             show(message, category, filename, lineno, file, line)

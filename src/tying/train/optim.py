@@ -486,6 +486,17 @@ def build_optimizers(
     return out
 
 
+def attach_retraction_for_run(model: nn.Module, optimizers: Optimizers, cfg: TrainConfig) -> None:
+    """Keep a trained PIT memory on the Stiefel manifold under AdamW: attach the interface's
+    polar retraction to the optimizer of Z (a Riemannian optimizer retracts Z itself; a
+    frozen Z or another interface needs nothing). Call after a checkpoint is loaded: loading
+    optimizer state runs a zero-lr step, which must not retract Z."""
+    interface = getattr(model, "interface", None)
+    z_optimizer = getattr(cfg.interface_options, "z_optimizer", "adamw")
+    if getattr(interface, "trainable_z", False) and z_optimizer == "adamw":
+        interface.attach_retraction(optimizers.optimizer_of(interface.z))
+
+
 def optimizers_for_run(model: nn.Module, cfg: TrainConfig) -> Optimizers:
     """`build_optimizers` with a run's settings (PIT keys resolved against the model).
 

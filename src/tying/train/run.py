@@ -49,7 +49,12 @@ from tying.train.loop import (
     run_loop,
 )
 from tying.train.metrics import MetricsLogger
-from tying.train.optim import Optimizers, OptimizerSettings, optimizers_for_run
+from tying.train.optim import (
+    Optimizers,
+    OptimizerSettings,
+    attach_retraction_for_run,
+    optimizers_for_run,
+)
 
 
 @dataclass
@@ -295,7 +300,7 @@ def _validation(cfg: TrainConfig, setup: TrainingSetup, wrapped: nn.Module, info
             seq_len=cfg.seq_len,
             batch_size=cfg.micro_batch_size,
             max_tokens=cfg.eval_tokens,
-            autocast=lambda: autocast_context(cfg, info.device),
+            autocast=autocast_for(info.device, cfg.precision),
             device=info.device,
         )
         return {"val_loss": result["loss"], "val_ppl": result["ppl"]}
@@ -322,7 +327,7 @@ def _build_run(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup) -> Run:
         batches=setup.sampler,
         weights=TrainWeights(unwrap(wrapped), optimizer),
         vocab_size=vocab_size,
-        autocast=lambda: autocast_context(cfg, info.device),
+        autocast=autocast_for(info.device, cfg.precision),
         id_hint=_SHARD_MISMATCH.format(V=vocab_size),
         loss_parts=("ce", "kl") if cfg.distill.enabled else (),
         ddp_no_sync=info.enabled and cfg.distributed == "ddp",
@@ -366,12 +371,8 @@ def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> Tra
         start = restore(run, resume_from)
         if info.is_main:
             _log(f"resuming from step {start.step} ({resume_from})")
-    # After loading: restoring optimizer state runs a zero-lr step, which must not retract Z.
-    # A Riemannian optimizer retracts Z itself; AdamW needs the hook.
+    attach_retraction_for_run(unwrap(setup.model), run.optimizer, cfg)  # after loading
     interface = unwrap(setup.model).interface
-    z_optimizer = getattr(cfg.interface_options, "z_optimizer", "adamw")
-    if getattr(interface, "trainable_z", False) and z_optimizer == "adamw":
-        interface.attach_retraction(run.optimizer.optimizer_of(interface.z))
     run.tracker = setup.make_tracker(interface) if cfg.track_gradient_paths else None
     logger = metrics_logger(run, settings, start if resume_from else None) if info.is_main else None
     if logger is not None and resume_from is None:
