@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -88,25 +87,9 @@ def read_run(run: Path) -> dict[str, Any] | None:
 
 def paired_stats(differences: list[float]) -> dict[str, Any]:
     """Mean, 95% t-interval and exact sign-flip p of paired differences (one per seed)."""
-    from scipy import stats as st
+    from tying.evaluation.stats import paired_unit_summary
 
-    from tying.evaluation.stats import sign_flip_test
-
-    n = len(differences)
-    out: dict[str, Any] = {"n": n, "differences": list(differences)}
-    if n == 0:
-        return out
-    mean = sum(differences) / n
-    out["mean"] = mean
-    if n < 2:
-        return out
-    test = sign_flip_test(differences)
-    out["sign_flip"] = {"p": test.p_value, "smallest_possible_p": test.smallest_p_value}
-    sd = math.sqrt(sum((d - mean) ** 2 for d in differences) / (n - 1))
-    t_crit = float(st.t.ppf(0.975, n - 1))
-    half = t_crit * sd / math.sqrt(n)
-    out.update(sd=sd, t_crit=t_crit, ci95=[mean - half, mean + half])
-    return out
+    return paired_unit_summary(differences)
 
 
 def paired_summary(differences: list[float], bounds: tuple[float, float]) -> dict[str, Any]:

@@ -80,6 +80,29 @@ def test_limit_3_through_lm_eval(eval_model_dir: Path, tmp_path: Path) -> None: 
         assert entry["truncated_prompts"] == {"generate": 0, "reference": 0}
 
 
+def test_likelihood_only_scores_the_same_references_and_generates_nothing(
+    eval_model_dir: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch,
+) -> None:
+    common = dict(spec=str(eval_model_dir), limit=3, seed=7, num_fewshot=0, precision="fp32")
+    full = evaluate_model(EvaluateOptions(out=tmp_path / "full", max_new_tokens=4, **common))
+
+    def no_generation(*args, **kwargs):
+        raise AssertionError("a likelihood-only evaluation generated")
+
+    monkeypatch.setattr(harness, "greedy_generate", no_generation)
+    only = evaluate_model(EvaluateOptions(out=tmp_path / "only", generate=False, **common))
+    for task, entry in only["tasks"].items():
+        assert entry["accuracy"] is None and entry["ci95"] is None
+        assert entry["seconds"]["generate"] == 0.0
+        reference = full["tasks"][task]
+        assert entry["ref_loglik_per_token"] == reference["ref_loglik_per_token"]
+        assert [(i["id"], i["ref_loglik"], i["ref_tokens"]) for i in entry["items"]] == [
+            (i["id"], i["ref_loglik"], i["ref_tokens"]) for i in reference["items"]
+        ]
+
+
 def fake_generator(answers: dict[str, str], seen: list[str]):
     """A stand-in for `greedy_generate` that continues each prompt with the answer of the item
     whose prompt it ends with (tokens of the real tokenizer, right-padded)."""
@@ -141,6 +164,7 @@ def write_bad_gsm8k(root: Path) -> Path:
     [
         ("unknown task", ValueError, "unknown task 'gsm9k'"),
         ("limit 0", ValueError, "limit must be a positive number"),
+        ("nothing to evaluate", ValueError, "nothing to evaluate"),
         ("missing file", FileNotFoundError, "TYING_BENCH_DIR"),
         ("malformed file", ValueError, "not valid JSON"),
         ("no tokenizer", ValueError, "no tokenizer"),
@@ -162,6 +186,8 @@ def test_bad_input_fails_before_writing(
         options.tasks = "gsm8k,gsm9k"
     elif case == "limit 0":
         options.limit = 0
+    elif case == "nothing to evaluate":
+        options.generate = options.reference_loglik = False
     elif case == "missing file":
         monkeypatch.setenv("TYING_BENCH_DIR", str(tmp_path / "nothing"))
     elif case == "malformed file":

@@ -28,16 +28,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--train-only", action="store_true", help="train the grid, skip the analysis and report"
     )
+    parser.add_argument(
+        "--updates-only",
+        action="store_true",
+        help="train the grid and run its update stage; write OUT/updates.json only (no probes, "
+        "lenses or report)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from tying.config import config_from_args, split_config_items
-    from tying.experiment import ExperimentConfig, run_experiment, run_grid
+    from tying.experiment import ExperimentConfig, run_experiment, run_grid, run_updates_only
 
     path, overrides = split_config_items([args.config, *args.overrides])
     cfg = config_from_args(ExperimentConfig, args, path, overrides)
+    if args.train_only and args.updates_only:
+        raise ValueError("--train-only and --updates-only exclude each other: give one")
     if args.train_only:
         run_grid(cfg, progress=not args.no_progress)
+        return 0
+    if args.updates_only:
+        print(f"wrote {run_updates_only(cfg, progress=not args.no_progress)}")
         return 0
     result = run_experiment(cfg, progress=not args.no_progress)
     print(f"wrote {result.json_path}, {result.markdown_path} and {result.html_path}")

@@ -96,6 +96,9 @@ class EvaluateOptions:
         code_timeout_s: seconds each model-written program may run in the sandbox.
         reference_loglik: also score the references (ref_loglik_per_token); false skips it (the
             field is then null).
+        generate: generate and score the answers (accuracy); false scores only the references
+            (accuracy and ci95 are then null: a likelihood-only evaluation, minutes instead of
+            hours on a CPU for the full test sets).
         overwrite: replace a non-empty output folder.
     """
 
@@ -113,6 +116,7 @@ class EvaluateOptions:
     precision: Precision = "auto"
     code_timeout_s: float = 10.0
     reference_loglik: bool = True
+    generate: bool = True
     overwrite: bool = False
 
 
@@ -157,6 +161,10 @@ def check_options(options: EvaluateOptions) -> tuple[str, ...]:
         )
     if not math.isfinite(float(options.code_timeout_s)):
         raise ValueError(f"code timeout must be finite, got {options.code_timeout_s!r}")
+    if not options.generate and not options.reference_loglik:
+        raise ValueError(
+            "generate and reference_loglik are both off: nothing to evaluate; keep one of them"
+        )
     resolve_precision(options.precision)  # validates it
     out = Path(options.out).expanduser()
     if out.exists() and not out.is_dir():
@@ -298,7 +306,10 @@ def evaluate_task(
     from tying.evaluation.harness_tasks import generation_task, reference_task
 
     metric = METRICS[task]
-    samples, gen_seconds = _run_lm_eval(lm, generation_task(task), indices, options)
+    if options.generate:
+        samples, gen_seconds = _run_lm_eval(lm, generation_task(task), indices, options)
+    else:
+        samples, gen_seconds = [], 0.0
     items = []
     truncated = {"generate": 0, "reference": 0}
     for s in samples:
@@ -315,22 +326,28 @@ def evaluate_task(
         elif "exact_match_strict" in s:
             item["correct_strict"] = bool(s["exact_match_strict"] == 1.0)
         items.append(item)
+    seconds = {"generate": gen_seconds}
+    if options.reference_loglik:
+        ref_samples, seconds["reference"] = _run_lm_eval(lm, reference_task(task), indices, options)
+        by_id = {s["doc"]["id"]: s for s in ref_samples}
+        if not options.generate:  # likelihood only: the items are the references'
+            items = [{"id": s["doc"]["id"]} for s in ref_samples]
     n = len(items)
-    correct = sum(item["correct"] for item in items)
     entry: dict[str, Any] = {
-        "accuracy": correct / n,
-        "ci95": list(wilson_interval(correct, n)),
+        "accuracy": None,
+        "ci95": None,
         "n": n,
         "ref_loglik_per_token": None,
         "metric": metric,
         "lm_eval_task": generation_task(task),
     }
-    if metric == "exact_match":
-        entry["accuracy_strict"] = sum(i["correct_strict"] for i in items) / n
-    seconds = {"generate": gen_seconds}
+    if options.generate:
+        correct = sum(item["correct"] for item in items)
+        entry["accuracy"] = correct / n
+        entry["ci95"] = list(wilson_interval(correct, n))
+        if metric == "exact_match":
+            entry["accuracy_strict"] = sum(i["correct_strict"] for i in items) / n
     if options.reference_loglik:
-        ref_samples, seconds["reference"] = _run_lm_eval(lm, reference_task(task), indices, options)
-        by_id = {s["doc"]["id"]: s for s in ref_samples}
         total_ll, total_tokens = 0.0, 0
         for item in items:
             ref = by_id[item["id"]]

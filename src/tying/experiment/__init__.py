@@ -59,19 +59,53 @@ def write_report(report: dict[str, Any], out_dir: str | Path) -> tuple[Path, Pat
     return json_path, md, page
 
 
+def update_block(cfg: ExperimentConfig) -> tuple[str, dict[str, Any]]:
+    """The report's update block of a finished update stage: ("update_units", ...) with
+    `updates.units`, else ("updates", ...)."""
+    if cfg.updates.units:
+        from tying.experiment.update_units import analyze_units
+
+        return "update_units", analyze_units(cfg)
+    from tying.experiment.updates import analyze_updates
+
+    return "updates", analyze_updates(cfg)
+
+
+def run_updates_only(cfg: ExperimentConfig, progress: bool = True) -> Path:
+    """Train the grid (finished cells skipped), run its update stage and write OUT/updates.json
+    (the report's update block alone: no probes, lenses or figures).
+
+    Raises:
+        ValueError: the config has no update stage.
+    """
+    from tying.experiment.analysis import finite
+    from tying.experiment.updates import run_updates
+
+    if not cfg.updates.enabled:
+        raise ValueError("the config has no update stage: give updates.bases or updates.units")
+    run_grid(cfg, progress=progress)
+    run_updates(cfg, progress=progress)
+    key, block = update_block(cfg)
+    path = cfg.root / "updates.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"name": cfg.name, key: finite(block)}, indent=1) + "\n")
+    tmp.replace(path)
+    return path
+
+
 def run_experiment(cfg: ExperimentConfig, progress: bool = True) -> ExperimentResult:
     """Train the grid (resumable), analyse the runs, write the report (progress lines on the
     `tying.experiment.*` loggers; the caller reports the files written)."""
     from tying.experiment.analysis import analyze
 
     outcomes = run_grid(cfg, progress=progress)
-    if cfg.updates.bases:
-        from tying.experiment.updates import analyze_updates, run_updates
+    if cfg.updates.enabled:
+        from tying.experiment.updates import run_updates
 
         run_updates(cfg, progress=progress)
     report = analyze(cfg, progress=progress)
-    if cfg.updates.bases:
-        report["updates"] = analyze_updates(cfg)
+    if cfg.updates.enabled:
+        key, report[key] = update_block(cfg)
     json_path, md, page = write_report(report, cfg.root)
     return ExperimentResult(json.loads(json_path.read_text()), json_path, md, page, outcomes)
 
@@ -88,5 +122,6 @@ __all__ = [
     "run_experiment",
     "run_grid",
     "run_state",
+    "run_updates_only",
     "write_report",
 ]

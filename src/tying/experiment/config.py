@@ -122,6 +122,13 @@ class UpdateSettings:
             max_new_tokens, num_fewshot, precision, ...).
         side_effects: `tying side-effects` options (texts, max_tokens, lens_tokens, ...);
             `skip: true` leaves the side effects out.
+        units: the design of docs/updates-design.md instead of `bases`: every checkpoint of
+            every grid run is a base (named RUN-stepN), updated on each task by a LoRA whose
+            seed is the run's seed (one unit of replication per run); analysed by
+            `tying.experiment.update_units`; `bases` must then be empty and `compare` names
+            pairs of grid labels ([[tt, pit]]).
+        unit_steps: with `units`, the checkpoint steps that are bases (e.g. [10, 40]); null:
+            every checkpoint.
     """
 
     bases: dict[str, str] = field(default_factory=dict)
@@ -133,6 +140,13 @@ class UpdateSettings:
     finetune: dict[str, Any] = field(default_factory=dict)
     evaluate: dict[str, Any] = field(default_factory=dict)
     side_effects: dict[str, Any] = field(default_factory=dict)
+    units: bool = False
+    unit_steps: list[int] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the experiment has an update stage (bases given, or units)."""
+        return bool(self.bases) or self.units
 
     def __post_init__(self) -> None:
         from tying.evaluation.evaluate import EvaluateOptions, parse_tasks
@@ -145,6 +159,21 @@ class UpdateSettings:
                     f"updates.bases: name {name!r} must be letters, digits, '.', '_' or '-' "
                     "(it names a folder)"
                 )
+        if self.units and self.bases:
+            raise ConfigError(
+                "updates.units makes every checkpoint of every grid run a base: remove "
+                "updates.bases"
+            )
+        if self.units and not self.compare:
+            raise ConfigError(
+                "updates.units needs updates.compare: pairs [control, treatment] of grid "
+                "labels (e.g. [[tt, pit]])"
+            )
+        if self.unit_steps is not None and (not self.units or len(self.unit_steps) < 2):
+            raise ConfigError(
+                "updates.unit_steps needs updates.units and >= 2 steps (a line through each "
+                f"run's bases), got {self.unit_steps}"
+            )
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"updates.limit must be >= 1 or null, got {self.limit}")
         if not self.tasks or len(set(self.tasks)) != len(self.tasks):
@@ -155,7 +184,7 @@ class UpdateSettings:
             parse_tasks(self.eval_tasks)
         except ValueError as e:
             raise ConfigError(f"updates.eval_tasks: {e}") from None
-        for pair in self.compare:
+        for pair in [] if self.units else self.compare:  # units: grid labels, checked there
             if len(pair) != 2 or pair[0] == pair[1] or any(p not in self.bases for p in pair):
                 raise ConfigError(
                     f"updates.compare: {pair} must be two different names of updates.bases "
@@ -296,6 +325,13 @@ class ExperimentConfig:
                 raise ConfigError(f"variants.{name}: {bad} are set per grid cell; remove them")
         for spec in self.runs():  # every cell's TrainConfig must be valid before anything runs
             self.train_config(spec)
+        labels = [label for label, _ in self.labels()]
+        for pair in self.updates.compare if self.updates.units else []:
+            if len(pair) != 2 or pair[0] == pair[1] or any(p not in labels for p in pair):
+                raise ConfigError(
+                    f"updates.compare: {pair} must be two different labels of the grid "
+                    f"({', '.join(labels)})"
+                )
         for name, model in self.updates.bases.items():
             if self.update_base_is_run(model) is None and _RUN_NAME.fullmatch(model):
                 names = ", ".join(s.name for s in self.runs())

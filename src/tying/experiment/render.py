@@ -274,4 +274,8 @@ def build_document(report: dict[str, Any], out_dir: Path) -> Document:
         from tying.experiment.render_updates import add_updates_section
 
         add_updates_section(doc, report["updates"])
+    if report.get("update_units"):
+        from tying.experiment.render_updates import add_update_units_section
+
+        add_update_units_section(doc, report["update_units"])
     return doc

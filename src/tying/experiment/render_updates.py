@@ -1,6 +1,7 @@
-"""The update-stage section of an experiment report (`report["updates"]`, see
-`tying.experiment.updates`): accuracies, what each update changed, and the paired TT-vs-PIT
-comparisons."""
+"""The update-stage sections of an experiment report: `report["updates"]` (see
+`tying.experiment.updates`: accuracies, what each update changed, the paired TT-vs-PIT
+comparisons) and `report["update_units"]` (`tying.experiment.update_units`: the comparison at
+matched base loss over seeds)."""
 
 from __future__ import annotations
 
@@ -185,3 +186,56 @@ def add_updates_section(doc: Document, updates: dict[str, Any]) -> None:
     for table in (_side_effect_table(updates), _comparison_table(updates)):
         if table is not None:
             sec.add(table)
+
+
+def _unit_row(name: str, summary: dict[str, Any], role: str) -> dict[str, Any]:
+    sign = summary.get("sign_flip") or {}
+    log = summary.get("kind") == "log"
+    return {
+        "metric": name,
+        "role": role,
+        "n": summary["n"],
+        "mean": summary.get("mean"),
+        "ci": _interval(summary.get("ci95")),
+        "ratio": summary.get("ratio") if log else None,
+        "ratio_ci": _interval(summary.get("ratio_ci95")) if log else None,
+        "p": sign.get("p"),
+        "p_holm": summary.get("p_holm"),
+        "extrapolated": summary.get("extrapolated_units"),
+    }
+
+
+def add_update_units_section(doc: Document, units: dict[str, Any]) -> None:
+    """Append the matched-loss comparison of the update units (one table per task and pair)."""
+    sec = doc.section("Update units: interfaces compared at matched base loss (updates-design)")
+    sec.add(f"{len(units['bases'])} bases (every checkpoint of every run, one LoRA each).")
+    for comparison in units["comparisons"]:
+        pair = f"{comparison['treatment']} − {comparison['control']}, {comparison['task']} LoRA"
+        if "error" in comparison:
+            sec.add(f"{pair}: no comparison ({comparison['error']}).")
+            continue
+        rows = [_unit_row(comparison["primary_metric"], comparison["primary"], "primary")]
+        rows += [_unit_row(n, s, "secondary") for n, s in comparison["secondary"].items()]
+        sec.add(
+            Table(
+                [
+                    Column("metric", "metric"),
+                    Column("role", "role"),
+                    Column("n", "units (seeds)"),
+                    Column("mean", "mean difference"),
+                    Column("ci", "95% t-interval"),
+                    Column("ratio", "ratio"),
+                    Column("ratio_ci", "ratio 95%"),
+                    Column("p", "sign-flip p (exact)"),
+                    Column("p_holm", "Holm p"),
+                    Column("extrapolated", "units read outside a run's losses"),
+                ],
+                rows,
+                title=f"{pair}, at base loss {format_value(comparison['at_loss'])} nats/token",
+                note="Per seed, each run's line of the metric on its checkpoints' base loss, read "
+                "at the matched loss; difference = treatment − control. y = ln(KL(base ‖ "
+                "updated) / target gain); ln_kl: ln KL; cross: change of the reference "
+                "log-likelihood on another task (nats/token); ratio = exp(mean) for log "
+                "metrics. Verdict: " + comparison["primary"]["verdict"] + ".",
+            )
+        )

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from tying.config import from_dict
-from tying.experiment.config import ExperimentConfig
+from tying.experiment.config import ExperimentConfig, RunSpec
 
 log = logging.getLogger(__name__)
 #: Where the LoRA updates' lines go (`tying.update.finetune` takes a log callable).
@@ -53,6 +53,59 @@ SIDE_EFFECTS_FILE = "side_effects.json"
 def task_label(task: str) -> str:
     """Folder name of an update task: the task name, or a .jsonl file's stem."""
     return Path(task).stem if task.endswith(".jsonl") else task
+
+
+@dataclass(frozen=True)
+class UpdateBase:
+    """One model the stage updates.
+
+    Attributes:
+        name: its folder under out/updates.
+        spec: the model spec (`tying.hf.load`): the teacher, a run or a checkpoint folder.
+        lora_seed: seed of its LoRA adapters.
+        run: the grid cell it comes from (`updates.units`), else None.
+        step: the step of its checkpoint (`updates.units`), else None.
+    """
+
+    name: str
+    spec: str
+    lora_seed: int
+    run: RunSpec | None = None
+    step: int | None = None
+
+
+def update_bases(cfg: ExperimentConfig) -> list[UpdateBase]:
+    """The stage's bases: `updates.bases` (LoRA seed `updates.seed`), or with `updates.units`
+    every checkpoint of every grid run (those of `updates.unit_steps` if given), oldest first
+    (LoRA seed = the run's seed).
+
+    Raises:
+        FileNotFoundError: `updates.units` and a grid run without checkpoints, or without one of
+            `updates.unit_steps`.
+    """
+    from tying.train.checkpoint import list_checkpoints
+
+    u = cfg.updates
+    if not u.units:
+        return [UpdateBase(n, cfg.update_base_spec(m), u.seed) for n, m in u.bases.items()]
+    bases = []
+    for run in cfg.runs():
+        checkpoints = list_checkpoints(cfg.run_dir(run))
+        if not checkpoints:
+            raise FileNotFoundError(
+                f"{cfg.run_dir(run)} has no checkpoint: train the grid before its update units"
+            )
+        by_step = {int(path.name.split("-")[1]): path for path in checkpoints}
+        missing = sorted(set(u.unit_steps or ()) - set(by_step))
+        if missing:
+            raise FileNotFoundError(
+                f"{cfg.run_dir(run)} has no checkpoint at step(s) {missing} of "
+                f"updates.unit_steps (it has {sorted(by_step)})"
+            )
+        for step, path in by_step.items():
+            if u.unit_steps is None or step in u.unit_steps:
+                bases.append(UpdateBase(f"{run.name}-step{step}", str(path), run.seed, run, step))
+    return bases
 
 
 @dataclass(frozen=True)
@@ -95,11 +148,13 @@ def _evaluate(cfg: ExperimentConfig, spec: str, adapter: Path | None, out: Path)
     evaluate_model(options)
 
 
-def _finetune(cfg: ExperimentConfig, spec: str, task: str, out: Path, progress: bool) -> None:
+def _finetune(
+    cfg: ExperimentConfig, base: UpdateBase, task: str, out: Path, progress: bool
+) -> None:
     from tying.update.finetune import FinetuneOptions, finetune
 
-    data = {"seed": cfg.updates.seed, "progress": progress, **cfg.updates.finetune}
-    data.update(spec=spec, task=task, out=str(out), resume=True)
+    data = {"progress": progress, **cfg.updates.finetune}
+    data.update(spec=base.spec, seed=base.lora_seed, task=task, out=str(out), resume=True)
     finetune(from_dict(FinetuneOptions, data, source="updates.finetune"), log=finetune_log.info)
 
 
@@ -117,7 +172,8 @@ def _side_effects(
 def run_updates(cfg: ExperimentConfig, progress: bool = True) -> None:
     """Evaluate, update and measure every base and task (finished steps skipped)."""
     u = cfg.updates
-    steps = len(u.bases) * (1 + len(u.tasks) * (2 if u.skip_side_effects else 3))
+    bases = update_bases(cfg)
+    steps = len(bases) * (1 + len(u.tasks) * (2 if u.skip_side_effects else 3))
     done = 0
 
     def step(what: str, marker: Path, work: Callable[[], None]) -> None:
@@ -129,8 +185,8 @@ def run_updates(cfg: ExperimentConfig, progress: bool = True) -> None:
         log.info(f"[update {done}/{steps}] {what}")
         work()
 
-    for base, model in u.bases.items():
-        spec = cfg.update_base_spec(model)
+    for b in bases:
+        base, spec = b.name, b.spec
         base_eval = base_eval_folder(cfg, base)
         step(
             f"{base}: evaluate",
@@ -142,7 +198,7 @@ def run_updates(cfg: ExperimentConfig, progress: bool = True) -> None:
             step(
                 f"{base}: finetune on {task}",
                 f.adapter / FINETUNE_FILE,
-                lambda spec=spec, task=task, f=f: _finetune(cfg, spec, task, f.adapter, progress),
+                lambda b=b, task=task, f=f: _finetune(cfg, b, task, f.adapter, progress),
             )
             step(
                 f"{base} + {task_label(task)} adapter: evaluate",
