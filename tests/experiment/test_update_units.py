@@ -149,6 +149,10 @@ def test_compare_units_tests_the_primary_and_holm_corrects_the_family() -> None:
     assert primary["ratio"] == pytest.approx(math.exp(sum(y_offsets) / 6))
     assert primary["verdict"].startswith("treatment smaller")
     assert [u["base_seed"] for u in primary["units"]] == list(range(6))
+    assert primary["control_sd"] == 0.0
+    mean = sum(y_offsets) / 6
+    sd = math.sqrt(sum((v - mean) ** 2 for v in y_offsets) / 5)
+    assert primary["treatment_sd"] == pytest.approx(sd)
     # Holm over the family of two: p sorted (2/64 for ln_kl, p_c for cross) -> 2·2/64, max(.., p_c)
     p_cross = out["secondary"]["cross:x"]["sign_flip"]["p"]
     p_kl = out["secondary"]["ln_kl:w"]["sign_flip"]["p"]

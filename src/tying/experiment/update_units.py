@@ -195,6 +195,11 @@ def _summary(units: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     out = paired_unit_summary([u["difference"] for u in units])
     out["kind"] = kind
     out["units"] = units
+    if len(units) >= 2:  # spread across units, per interface: descriptive, not tested
+        for side in ("control", "treatment"):
+            values = [u[side] for u in units]
+            mean = sum(values) / len(values)
+            out[f"{side}_sd"] = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
     out["extrapolated_units"] = sum(u["extrapolated"] for u in units)
     if kind == LOG and "mean" in out:
         out["ratio"] = math.exp(out["mean"])
@@ -225,8 +230,9 @@ def compare_units(
     Returns:
         {"control", "treatment", "at_loss", "primary": summary, "secondary": {name: summary
         with "p_holm"}}; a summary is `paired_unit_summary` of the per-seed differences plus
-        "kind", "units", "extrapolated_units" and, for log metrics, "ratio" and "ratio_ci95";
-        the primary also has "verdict".
+        "kind", "units", "extrapolated_units", the spread across units of each interface's
+        value ("control_sd", "treatment_sd": descriptive, the paper's "predictability", not
+        tested) and, for log metrics, "ratio" and "ratio_ci95"; the primary also has "verdict".
     """
     at_loss = matched_loss_point(records, control, treatment)
 
