@@ -12,8 +12,8 @@ the paper's own range of teacher-mode differences (PIT − TT of Table 1's three
 "reproduced" if the interval lies inside that range, "contradicted" if it lies entirely outside it,
 otherwise "undecided" with the largest |effect| the interval leaves.
 
-    python benchmarks/teacher_seeds.py [--decoder runs/experiment-teacher-isotropic-decoder] \
-        [--gpt2 runs/experiment-teacher-isotropic-gpt2] [--out docs/results/teacher_seeds.json]
+    python benchmarks/teacher_seeds.py [--decoder FOLDER ...] [--gpt2 FOLDER ...] \
+        [--out docs/results/teacher_seeds.json]    # defaults: TEACHERS
     python benchmarks/teacher_seeds.py --markdown    # the tables of docs/results.md §13
 
 Only seeds whose TT and PIT runs both finished (DONE.json) are paired; the others are listed as
@@ -33,13 +33,20 @@ PAPER_TABLE1 = {
     "GPT-590M": {"tt": 3.523, "pit": 3.714},
     "GPT-1.3B": {"tt": 3.025, "pit": 2.821},
 }
+#: Experiment folders per teacher. The decoder's TT and PIT runs of update_units.yaml (8 seeds,
+#: the bases of docs/results.md §14) have the recipe of teacher_isotropic_decoder.yaml (3 seeds
+#: and the pit-z ablation) and only more checkpoints: a seed is read from the first folder that
+#: has it, and a seed finished in both must have the same final loss (checked).
 TEACHERS = {
-    "decoder": "runs/experiment-teacher-isotropic-decoder",
-    "gpt2": "runs/experiment-teacher-isotropic-gpt2",
+    "decoder": ["runs/experiment-update-units", "runs/experiment-teacher-isotropic-decoder"],
+    "gpt2": ["runs/experiment-teacher-isotropic-gpt2"],
 }
 CONFIGS = {
-    "decoder": "configs/experiments/teacher_isotropic_decoder.yaml",
-    "gpt2": "configs/experiments/teacher_isotropic_gpt2.yaml",
+    "decoder": [
+        "configs/experiments/update_units.yaml",
+        "configs/experiments/teacher_isotropic_decoder.yaml",
+    ],
+    "gpt2": ["configs/experiments/teacher_isotropic_gpt2.yaml"],
 }
 #: Training-loss rows averaged for the secondary (training-loss) comparison.
 TRAIN_WINDOW = 10
@@ -160,17 +167,38 @@ def timing(runs: Path, labels: tuple[str, ...] = ("tt", "pit")) -> dict[str, Any
     return out
 
 
-def teacher_block(folder: Path, seeds: list[int] | None = None) -> dict[str, Any]:
-    """Per-seed TT and PIT runs of one experiment folder, and their paired summary."""
-    runs = folder / "runs"
+def read_seed_run(folders: list[Path], name: str) -> dict[str, Any] | None:
+    """`read_run` of cell `name` from the first folder that finished it; a cell finished in
+    several folders must end at the same validation loss (the same recipe and seed).
+
+    Raises:
+        ValueError: two folders disagree on the cell's final loss.
+    """
+    found = [(f, r) for f in folders if (r := read_run(f / "runs" / name)) is not None]
+    for folder, run in found[1:]:
+        if abs(run["val_loss"] - found[0][1]["val_loss"]) > 1e-6:
+            raise ValueError(
+                f"{name}: final validation loss {found[0][1]['val_loss']} in {found[0][0]} but "
+                f"{run['val_loss']} in {folder}: not the same experiment"
+            )
+    return found[0][1] if found else None
+
+
+def teacher_block(folders: list[Path], seeds: list[int] | None = None) -> dict[str, Any]:
+    """Per-seed TT and PIT runs of one teacher's experiment folders, and their paired summary."""
     found = sorted(
-        {int(p.name.rsplit("-s", 1)[1]) for p in runs.glob("teacher-*-s*") if p.is_dir()}
+        {
+            int(p.name.rsplit("-s", 1)[1])
+            for folder in folders
+            for p in (folder / "runs").glob("teacher-*-s*")
+            if p.is_dir()
+        }
     )
     seeds = found if seeds is None else seeds
     units, missing = [], []
     for seed in seeds:
-        tt = read_run(runs / f"teacher-tt-s{seed}")
-        pit = read_run(runs / f"teacher-pit-s{seed}")
+        tt = read_seed_run(folders, f"teacher-tt-s{seed}")
+        pit = read_seed_run(folders, f"teacher-pit-s{seed}")
         if tt is None or pit is None:
             missing.append(seed)
             continue
@@ -186,23 +214,23 @@ def teacher_block(folder: Path, seeds: list[int] | None = None) -> dict[str, Any
         )
     bounds = paper_range()
     return {
-        "folder": str(folder),
-        "timing": timing(runs),
+        "folders": [str(f) for f in folders],
+        "timing": {str(f): timing(f / "runs") for f in folders},
         "units": units,
         "missing_seeds": missing,
         "step0_kl_pit": [u["step0_kl_pit"] for u in units],
         "val_loss": paired_summary([u["diff_val"] for u in units], bounds),
         "train_loss_last": paired_summary([u["diff_train_last"] for u in units], bounds),
-        "trainable_z": trainable_z_block(runs, units),
+        "trainable_z": trainable_z_block(folders, units),
     }
 
 
-def trainable_z_block(runs: Path, units: list[dict[str, Any]]) -> dict[str, Any]:
+def trainable_z_block(folders: list[Path], units: list[dict[str, Any]]) -> dict[str, Any]:
     """The ablation outside the paper's recipe: PIT with Z trained (cells `teacher-pit-z-sN`),
     paired by seed with the same seed's TT and frozen-Z PIT runs (final validation loss)."""
     rows = []
     for unit in units:
-        pit_z = read_run(runs / f"teacher-pit-z-s{unit['seed']}")
+        pit_z = read_seed_run(folders, f"teacher-pit-z-s{unit['seed']}")
         if pit_z is None:
             continue
         rows.append(
@@ -216,17 +244,23 @@ def trainable_z_block(runs: Path, units: list[dict[str, Any]]) -> dict[str, Any]
         )
     return {
         "units": rows,
-        "timing": timing(runs, ("pit-z",)),
+        "timing": {str(f): timing(f / "runs", ("pit-z",)) for f in folders},
         "minus_tt": paired_stats([r["minus_tt"] for r in rows]),
         "minus_frozen": paired_stats([r["minus_frozen"] for r in rows]),
     }
 
 
 def analyse(folders: dict[str, Path]) -> dict[str, Any]:
-    """The JSON of docs/results/teacher_seeds.json for {teacher name: experiment folder}."""
+    """The JSON of docs/results/teacher_seeds.json for {teacher name: experiment folders (one
+    folder or a list, see `TEACHERS`)}."""
     from tying.evaluation.stats import holm
 
-    teachers = {name: teacher_block(Path(folder)) for name, folder in folders.items()}
+    teachers = {
+        name: teacher_block(
+            [Path(f) for f in ([given] if isinstance(given, (str, Path)) else given)]
+        )
+        for name, given in folders.items()
+    }
     tested = [n for n, t in teachers.items() if "sign_flip" in t["val_loss"]]
     adjusted = holm([teachers[n]["val_loss"]["sign_flip"]["p"] for n in tested])
     for name, p in zip(tested, adjusted, strict=True):
@@ -347,8 +381,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--decoder", default=TEACHERS["decoder"])
-    parser.add_argument("--gpt2", default=TEACHERS["gpt2"])
+    parser.add_argument("--decoder", nargs="+", default=TEACHERS["decoder"], metavar="FOLDER")
+    parser.add_argument("--gpt2", nargs="+", default=TEACHERS["gpt2"], metavar="FOLDER")
     parser.add_argument("--out", default="docs/results/teacher_seeds.json")
     parser.add_argument(
         "--markdown", action="store_true", help="print the tables of an existing --out JSON"
@@ -357,7 +391,7 @@ def main() -> None:
     if args.markdown:
         print(markdown(json.loads(Path(args.out).read_text())))
         return
-    data = analyse({"decoder": Path(args.decoder), "gpt2": Path(args.gpt2)})
+    data = analyse({"decoder": args.decoder, "gpt2": args.gpt2})
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=2) + "\n")

@@ -102,7 +102,8 @@ def test_analyse_pairs_seeds_and_adjusts(tmp_path) -> None:
     assert b["val_loss"]["sign_flip"]["holm_p"] == pytest.approx(0.75)
     assert (a["val_loss"]["verdict"], b["val_loss"]["verdict"]) == ("undecided", "reproduced")
     assert data["paper"]["range"] == [-0.204, 0.191]
-    assert len(a["timing"]["cells"]) == 7 and a["timing"]["total_s"] >= 0
+    timing = a["timing"][str(folders["a"])]
+    assert len(timing["cells"]) == 7 and timing["total_s"] >= 0
     table = s.markdown(data)
     assert "| 0 | 0.040 | 7.000 | 7.100 | +0.100 |" in table
     assert "| 3 | +0.200 | -0.048 to +0.448 | 0.25 (0.50) | undecided" in table
@@ -129,3 +130,30 @@ def test_the_trainable_z_cells_are_paired_with_tt_and_frozen_pit(tmp_path) -> No
     # The frozen-Z comparison with TT is unchanged by the extra cells.
     assert [u["diff_val"] for u in block["units"]] == pytest.approx([0.3, 0.4, 0.5])
     assert "| 0 | 0.050 | 7.100 | +0.100 | -0.200 |" in s.markdown(s.analyse({"t": tmp_path / "t"}))
+
+
+def test_a_teacher_read_from_two_folders(tmp_path) -> None:
+    """Seeds from the first folder that has them; pit-z from the second; a seed finished in both
+    must agree, else the folders are not one experiment."""
+    s = _script()
+    first, second = tmp_path / "first", tmp_path / "second"
+    for seed in range(4):  # the 4-seed grid of TT and PIT
+        _run(first / "runs" / f"teacher-tt-s{seed}", 7.0, kl=0.0)
+        _run(first / "runs" / f"teacher-pit-s{seed}", 7.2 + seed / 100, kl=0.05)
+    for seed in range(2):  # the 2-seed grid with the ablation: the same TT and PIT runs
+        _run(second / "runs" / f"teacher-tt-s{seed}", 7.0, kl=0.0)
+        _run(second / "runs" / f"teacher-pit-s{seed}", 7.2 + seed / 100, kl=0.05)
+        _run(second / "runs" / f"teacher-pit-z-s{seed}", 6.9, kl=0.05)
+    block = s.analyse({"t": [first, second]})["teachers"]["t"]
+    assert [u["seed"] for u in block["units"]] == [0, 1, 2, 3]
+    assert block["val_loss"]["differences"] == pytest.approx([0.2, 0.21, 0.22, 0.23])
+    assert [r["seed"] for r in block["trainable_z"]["units"]] == [0, 1]
+    assert block["folders"] == [str(first), str(second)]
+    (second / "runs" / "teacher-pit-s1" / "metrics.jsonl").write_text(
+        json.dumps({"step": 4, "loss": 8.0})
+        + "\n"
+        + json.dumps({"step": 4, "val_loss": 7.5})
+        + "\n"
+    )
+    with pytest.raises(ValueError, match="teacher-pit-s1: final validation loss .* not the same"):
+        s.analyse({"t": [first, second]})
