@@ -217,6 +217,8 @@ def _units_config(out: Path, **updates) -> ExperimentConfig:
         ({"bases": {"a": "smollm2"}}, "remove updates.bases"),
         ({"compare": []}, "needs updates.compare"),
         ({"compare": [["tt", "untied"]]}, "two different labels of the grid"),
+        ({"finetune": {"seed": 3}}, "each LoRA's seed is its run's seed"),
+        ({"unit_steps": [10]}, "needs updates.units and >= 2 steps"),
     ],
 )
 def test_units_settings_refused(updates: dict, message: str, tmp_path: Path) -> None:

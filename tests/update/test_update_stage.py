@@ -144,3 +144,12 @@ def test_update_bases_resolve(tmp_path: Path) -> None:
     assert cfg.update_base_spec("teacher") == "smollm2"
     assert cfg.update_base_spec("teacher-pit-s0") == str(tmp_path / "runs" / "teacher-pit-s0")
     assert cfg.update_base_spec("some/dir") == "some/dir"
+
+
+def test_named_bases_take_the_finetune_seed_else_the_stage_seed(tmp_path: Path) -> None:
+    from tying.experiment.updates import update_bases
+
+    cfg = _config(tmp_path, {"a": "smollm2"}, seed=4)
+    assert [(b.name, b.spec, b.lora_seed) for b in update_bases(cfg)] == [("a", "smollm2", 4)]
+    cfg = _config(tmp_path, {"a": "smollm2"}, seed=4, finetune={"max_steps": 2, "seed": 9})
+    assert update_bases(cfg)[0].lora_seed == 9

@@ -169,6 +169,11 @@ class UpdateSettings:
                 "updates.units needs updates.compare: pairs [control, treatment] of grid "
                 "labels (e.g. [[tt, pit]])"
             )
+        if self.units and "seed" in self.finetune:
+            raise ConfigError(
+                "updates.finetune.seed: with updates.units each LoRA's seed is its run's seed; "
+                "remove it"
+            )
         if self.unit_steps is not None and (not self.units or len(self.unit_steps) < 2):
             raise ConfigError(
                 "updates.unit_steps needs updates.units and >= 2 steps (a line through each "

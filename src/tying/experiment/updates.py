@@ -75,7 +75,8 @@ class UpdateBase:
 
 
 def update_bases(cfg: ExperimentConfig) -> list[UpdateBase]:
-    """The stage's bases: `updates.bases` (LoRA seed `updates.seed`), or with `updates.units`
+    """The stage's bases: `updates.bases` (LoRA seed `updates.finetune.seed`, else
+    `updates.seed`), or with `updates.units`
     every checkpoint of every grid run (those of `updates.unit_steps` if given), oldest first
     (LoRA seed = the run's seed).
 
@@ -87,7 +88,8 @@ def update_bases(cfg: ExperimentConfig) -> list[UpdateBase]:
 
     u = cfg.updates
     if not u.units:
-        return [UpdateBase(n, cfg.update_base_spec(m), u.seed) for n, m in u.bases.items()]
+        seed = int(u.finetune.get("seed", u.seed))
+        return [UpdateBase(n, cfg.update_base_spec(m), seed) for n, m in u.bases.items()]
     bases = []
     for run in cfg.runs():
         checkpoints = list_checkpoints(cfg.run_dir(run))
