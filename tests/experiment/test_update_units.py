@@ -199,7 +199,9 @@ def test_ratio_verdict_names_what_the_interval_excludes() -> None:
         "way are excluded"
     )
     wide = dict(undecided, ratio_ci95=[0.5, 1.3])
-    assert "not beyond 1.5x" in ratio_verdict(wide, 1.5)
+    assert ratio_verdict(wide, 1.5) == (
+        "undecided (p 0.6): ratios outside 0.50-1.30 excluded; a 1.5x effect is not excluded"
+    )
     assert ratio_verdict({"n": 1}, 1.5).startswith("undecided: 1 unit")
 
 

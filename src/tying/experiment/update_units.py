@@ -273,11 +273,10 @@ def ratio_verdict(summary: dict[str, Any], smallest_ratio: float, alpha: float =
         return (
             f"treatment {side} (ratio {summary['ratio']:.2f}, 95% {low:.2f}-{high:.2f}, p {p:.3g})"
         )
-    excluded = "beyond" if low > 1 / smallest_ratio and high < smallest_ratio else "not beyond"
-    return (
-        f"undecided (p {p:.3g}): ratios outside {low:.2f}-{high:.2f} excluded, so effects "
-        f"{excluded} {smallest_ratio:g}x either way are excluded"
-    )
+    head = f"undecided (p {p:.3g}): ratios outside {low:.2f}-{high:.2f} excluded"
+    if low > 1 / smallest_ratio and high < smallest_ratio:
+        return f"{head}, so effects beyond {smallest_ratio:g}x either way are excluded"
+    return f"{head}; a {smallest_ratio:g}x effect is not excluded"
 
 
 def collect_units(cfg: ExperimentConfig) -> list[dict[str, Any]]:
