@@ -205,3 +205,52 @@ def test_section_12_trace_overlaps_are_the_trace_json():
         entries = json.loads(path.read_text())["entries"]
         for printed, e in zip(overlaps, entries, strict=True):
             _check(printed, e["overlap"], f"§12 {model} {e['label']}")
+
+
+UNIT_METRICS = {
+    "y, WikiText-2": "y:wikitext-2",
+    "y, Gutenberg": "y:gutenberg-validation",
+    "ln KL, WikiText-2": "ln_kl:wikitext-2",
+    "ln KL, Gutenberg": "ln_kl:gutenberg-validation",
+    "SVAMP log-lik. change": "cross:svamp",
+    "HumanEval log-lik. change": "cross:humaneval",
+    "lens KL change, blocks 1–2": "lens_first_half",
+}
+
+
+def test_section_14_update_units_are_the_json():
+    text = _section("14.")
+    (comparison,) = _json("update_units.json")["update_units"]["comparisons"]
+    primary = comparison["primary"]
+    seeds = [r for r in _rows(text, "") if r[0].isdigit()]
+    assert len(seeds) == primary["n"] == len(primary["units"])
+    for row, unit in zip(seeds, primary["units"], strict=True):
+        assert int(row[0]) == unit["base_seed"]
+        for printed, key in zip(row[1:4], ("control", "treatment", "difference"), strict=True):
+            _check(printed, unit[key], f"§14 seed {row[0]} {key}")
+        assert row[4] == ("yes" if unit["extrapolated"] else "no")
+    summaries = {comparison["primary_metric"]: primary, **comparison["secondary"]}
+    printed_metrics = 0
+    for title, key in UNIT_METRICS.items():
+        (row,) = _rows(text, title + " |")
+        summary = summaries[key]
+        assert int(row[2]) == summary["n"]
+        _check(row[3], summary["mean"], f"§14 {title} mean")
+        lo, hi = row[4].split(" to ")
+        _check(lo, summary["ci95"][0], f"§14 {title} ci low")
+        _check(hi, summary["ci95"][1], f"§14 {title} ci high")
+        if "ratio" in summary:
+            ratio, rest = row[5].split(" (")
+            r_lo, r_hi = rest.rstrip(")").split(" to ")
+            for p, v in (
+                (ratio, summary["ratio"]),
+                (r_lo, summary["ratio_ci95"][0]),
+                (r_hi, summary["ratio_ci95"][1]),
+            ):
+                _check(p, v, f"§14 {title} ratio")
+        _check(row[6], summary["sign_flip"]["p"], f"§14 {title} p")
+        if key != comparison["primary_metric"]:
+            _check(row[7], summary["p_holm"], f"§14 {title} Holm p")
+        printed_metrics += 1
+    assert printed_metrics == len(summaries)
+    assert primary["verdict"] in " ".join(text.split())

@@ -39,3 +39,17 @@ def test_first_look_ratios_are_the_json() -> None:
         assert f"{difference:+.3f}".replace("-", "−") in PAGE
         assert f"{math.exp(difference):.2f}×" in PAGE
     assert f"{DATA['sd_estimate_log']:.2f}" in PAGE
+
+
+def test_the_result_quoted_is_update_units_json():
+    units = json.loads((ROOT / "docs" / "results" / "update_units.json").read_text())
+    (comparison,) = units["update_units"]["comparisons"]
+    primary = comparison["primary"]
+    lo, hi = primary["ratio_ci95"]
+    assert (
+        f"metric {primary['ratio']:.2f} (95 % {lo:.2f}–{hi:.2f}, exact sign-flip p "
+        f"{primary['sign_flip']['p']:.3f} over {primary['n']} units)"
+    ) in " ".join(PAGE.split())
+    holm = {f"{s['p_holm']:.3f}" for s in comparison["secondary"].values()}
+    assert len(holm) == 1 and len(comparison["secondary"]) == 6  # the page says "each of six"
+    assert f"p {holm.pop()} for each of its six tests" in " ".join(PAGE.split())
