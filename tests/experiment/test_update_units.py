@@ -91,20 +91,18 @@ def test_unit_differences_read_each_seeds_own_lines() -> None:
     # seed 0: tt m = 2·loss (points 6, 7), pit m = loss + 1 (points 6.5, 7.5); at 7: 14 vs 8
     # seed 1: tt m = 1 (flat, points 6, 8), pit m = 3 (points 6, 7, 8): 3 − 1 = 2
     # seed 2: pit has one finite point: left out
+    points = {  # (label, seed): [(base loss, m), ...]
+        ("tt", 0): [(6.0, 12.0), (7.0, 14.0)],
+        ("pit", 0): [(6.5, 7.5), (7.5, 8.5)],
+        ("tt", 1): [(6.0, 1.0), (8.0, 1.0)],
+        ("pit", 1): [(6.0, 3.0), (7.0, 3.0), (8.0, 3.0)],
+        ("tt", 2): [(6.0, 1.0), (7.0, 1.0)],
+        ("pit", 2): [(6.0, 1.0), (7.0, math.nan)],
+    }
     records = [
-        _record("tt", 0, 6.0, m=12.0),
-        _record("tt", 0, 7.0, m=14.0),
-        _record("pit", 0, 6.5, m=7.5),
-        _record("pit", 0, 7.5, m=8.5),
-        _record("tt", 1, 6.0, m=1.0),
-        _record("tt", 1, 8.0, m=1.0),
-        _record("pit", 1, 6.0, m=3.0),
-        _record("pit", 1, 7.0, m=3.0),
-        _record("pit", 1, 8.0, m=3.0),
-        _record("tt", 2, 6.0, m=1.0),
-        _record("tt", 2, 7.0, m=1.0),
-        _record("pit", 2, 6.0, m=1.0),
-        _record("pit", 2, 7.0, m=math.nan),
+        _record(label, seed, loss, m=m)
+        for (label, seed), rows in points.items()
+        for loss, m in rows
     ]
     units = unit_differences(records, "m", "tt", "pit", at_loss=7.0)
     assert [u["base_seed"] for u in units] == [0, 1]
