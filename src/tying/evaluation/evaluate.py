@@ -97,8 +97,8 @@ class EvaluateOptions:
         reference_loglik: also score the references (ref_loglik_per_token); false skips it (the
             field is then null).
         generate: generate and score the answers (accuracy); false scores only the references
-            (accuracy and ci95 are then null: a likelihood-only evaluation, minutes instead of
-            hours on a CPU for the full test sets).
+            (a likelihood-only evaluation: accuracy and ci95 are then null, and reference_loglik
+            must stay on).
         overwrite: replace a non-empty output folder.
     """
 

@@ -426,23 +426,21 @@ def units_for_power(
     return None
 
 
-def paired_unit_summary(differences: Sequence[float], confidence: float = 0.95) -> dict[str, Any]:
+def paired_unit_summary(differences: Sequence[float]) -> dict[str, Any]:
     """What a reader needs of paired differences, one per unit of replication (e.g. PIT − TT
     per seed): n, the differences, their mean, the exact two-sided sign-flip p (with the
-    smallest p n units can give), the sd and the t-interval of the mean.
+    smallest p n units can give), the sd and the 95 % t-interval of the mean.
 
     Returns:
         {"n", "differences", "mean", "sign_flip": {"p", "smallest_possible_p"}, "sd", "t_crit",
         "ci95": [low, high]}; with n = 1 only n, differences and mean, with n = 0 only n and
-        differences (no interval or test exists). The key is `ci95` whatever `confidence`
-        (the level is in the name because the project reports 95 % intervals).
+        differences (no interval or test exists).
 
     Raises:
         ValueError: a non-finite difference.
     """
     from scipy import stats as st
 
-    _check_confidence(confidence)
     d = np.asarray(differences, dtype=np.float64)
     if not np.isfinite(d).all():
         raise ValueError("the differences must be finite")
@@ -455,7 +453,7 @@ def paired_unit_summary(differences: Sequence[float], confidence: float = 0.95) 
     test = sign_flip_test(d)
     out["sign_flip"] = {"p": test.p_value, "smallest_possible_p": test.smallest_p_value}
     sd = float(d.std(ddof=1))
-    t_crit = float(st.t.ppf(0.5 + confidence / 2.0, d.size - 1))
+    t_crit = float(st.t.ppf(0.975, d.size - 1))
     half = t_crit * sd / math.sqrt(d.size)
     out.update(sd=sd, t_crit=t_crit, ci95=[out["mean"] - half, out["mean"] + half])
     return out
