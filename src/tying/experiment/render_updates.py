@@ -208,7 +208,7 @@ def _unit_row(name: str, summary: dict[str, Any], role: str) -> dict[str, Any]:
 def add_update_units_section(doc: Document, units: dict[str, Any]) -> None:
     """Append the matched-loss comparison of the update units (one table per task and pair)."""
     sec = doc.section("Update units: interfaces compared at matched base loss (updates-design)")
-    sec.add(f"{len(units['bases'])} bases (every checkpoint of every run, one LoRA each).")
+    sec.add(f"{len(units['bases'])} bases (checkpoints of every run, one LoRA each).")
     for comparison in units["comparisons"]:
         pair = f"{comparison['treatment']} − {comparison['control']}, {comparison['task']} LoRA"
         if "error" in comparison:
