@@ -85,7 +85,14 @@ def test_likelihood_only_scores_the_same_references_and_generates_nothing(
     tmp_path: Path,
     monkeypatch,
 ) -> None:
-    common = dict(spec=str(eval_model_dir), limit=3, seed=7, num_fewshot=0, precision="fp32")
+    common = dict(
+        spec=str(eval_model_dir),
+        tasks=["gsm8k", "humaneval"],  # one answer-scored and one sandbox-scored task
+        limit=3,
+        seed=7,
+        num_fewshot=0,
+        precision="fp32",
+    )
     full = evaluate_model(EvaluateOptions(out=tmp_path / "full", max_new_tokens=4, **common))
 
     def no_generation(*args, **kwargs):
@@ -93,6 +100,7 @@ def test_likelihood_only_scores_the_same_references_and_generates_nothing(
 
     monkeypatch.setattr(harness, "greedy_generate", no_generation)
     only = evaluate_model(EvaluateOptions(out=tmp_path / "only", generate=False, **common))
+    assert list(only["tasks"]) == ["gsm8k", "humaneval"]
     for task, entry in only["tasks"].items():
         assert entry["accuracy"] is None and entry["ci95"] is None
         assert entry["seconds"]["generate"] == 0.0
