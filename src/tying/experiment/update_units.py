@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -83,14 +84,14 @@ def base_record(
         "y": {text: ln(kl / gain)}, "lens_first_half", "items": {task: [per-item change of
         log p(reference) per token]}}.
     """
+    from tying.experiment.updates import item_changes
+
+    pair = {"base": base_results, "updated": updated_results}
     changes, items = {}, {}
     for name, before in base_results["tasks"].items():
         after = updated_results["tasks"][name]
         changes[name] = after["ref_loglik_per_token"] - before["ref_loglik_per_token"]
-        items[name] = [
-            round(a["ref_loglik"] / a["ref_tokens"] - b["ref_loglik"] / b["ref_tokens"], 6)
-            for b, a in zip(before["items"], after["items"], strict=True)
-        ]
+        items[name] = [round(change, 6) for change in item_changes(pair, name)]
     gain = changes[task]
     texts = side_effects["texts"]
     kl = {text: float(entry["kl_nats"]) for text, entry in texts.items()}
@@ -197,9 +198,7 @@ def _summary(units: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     out["units"] = units
     if len(units) >= 2:  # spread across units, per interface: descriptive, not tested
         for side in ("control", "treatment"):
-            values = [u[side] for u in units]
-            mean = sum(values) / len(values)
-            out[f"{side}_sd"] = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+            out[f"{side}_sd"] = statistics.stdev(u[side] for u in units)
     out["extrapolated_units"] = sum(u["extrapolated"] for u in units)
     if kind == LOG and "mean" in out:
         out["ratio"] = math.exp(out["mean"])

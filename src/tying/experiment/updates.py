@@ -247,8 +247,9 @@ def _per_item_loglik(entry: dict[str, Any]) -> list[float]:
     return [i["ref_loglik"] / i["ref_tokens"] for i in entry["items"]]
 
 
-def _item_changes(model: dict[str, Any], task: str) -> list[float]:
-    """Per item of `task`: the update's change of log p(reference) / tokens (nats/token)."""
+def item_changes(model: dict[str, Any], task: str) -> list[float]:
+    """Per item of `task`: the update's change of log p(reference) / tokens (nats/token), from
+    {"base": results.json of the base, "updated": results.json of base + adapter}."""
     before = _per_item_loglik(model["base"]["tasks"][task])
     after = _per_item_loglik(model["updated"]["tasks"][task])
     return [u - b for b, u in zip(before, after, strict=True)]
@@ -288,8 +289,8 @@ def compare_updates(
     for task, entry in control["updated"]["tasks"].items():
         if entry.get("ref_loglik_per_token") is None or task not in treatment["base"]["tasks"]:
             continue
-        change_c = _item_changes(control, task)
-        change_t = _item_changes(treatment, task)
+        change_c = item_changes(control, task)
+        change_t = item_changes(treatment, task)
         boot = paired_bootstrap(change_c, change_t, n_resamples=n_resamples, seed=seed)
         gain[task] = {
             "control_change": sum(change_c) / len(change_c),
