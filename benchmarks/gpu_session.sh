@@ -34,18 +34,38 @@ case "${1:-bench}" in
     grep -v "Warning\|warn(\|^ *$" "$OUT/gpu.log" | tail -32
     ;;
   suite)
-    if [ -n "${EXPERIMENT:-}" ]; then  # e.g. EXPERIMENT=configs/experiments/x.yaml
-      ( timeout $((CALL_S - 50)) python3 -m tying experiment "$EXPERIMENT" --train-only \
-          --no-progress --out /tmp/experiment > "$OUT/experiment.log" 2>&1
-        echo "experiment rc $?" >> "$OUT/experiment.log" ) &
+    # EXPERIMENT=configs/experiments/x.yaml trains that grid on the GPU beside the suite, in
+    # PARALLEL processes that share its cells out (tying.experiment.runner); its metrics come
+    # back in $OUT/experiment.tgz.
+    if [ -n "${EXPERIMENT:-}" ]; then
+      for i in $(seq "${PARALLEL:-1}"); do
+        ( TORCHINDUCTOR_COMPILE_THREADS=4 timeout $((CALL_S - 45)) python3 -m tying experiment "$EXPERIMENT" --train-only \
+            --no-progress --out /tmp/experiment > "$OUT/experiment-$i.log" 2>&1
+          echo "experiment rc $? at $((SECONDS - T0)) s" >> "$OUT/experiment-$i.log" ) &
+        sleep 5
+      done
     fi
-    timeout $((CALL_S - (SECONDS - T0) - 15)) python3 -m pytest -v -p no:cacheprovider \
-      -n "${WORKERS:-12}" -rfE --durations=30 tests > "$OUT/suite.log" 2>&1
+    # the default run (`-m "not slow"`), cuda tests included: they sort early (tests/cuda)
+    timeout $((CALL_S - (SECONDS - T0) - 35)) python3 -m pytest -v -p no:cacheprovider \
+      -n "${WORKERS:-12}" -rfE --durations=30 ${TESTS:-tests} > "$OUT/suite.log" 2>&1
     echo "suite rc $? at $((SECONDS - T0)) s"
-    grep -c " PASSED " "$OUT/suite.log" | sed 's/^/passed: /'
-    grep -E " FAILED | ERROR " "$OUT/suite.log" | head -30
-    tail -3 "$OUT/suite.log"
-    wait
+    echo "$(grep -c " PASSED" "$OUT/suite.log") passed, $(grep -c " SKIPPED" "$OUT/suite.log") skipped"
+    grep -E " FAILED| ERROR" "$OUT/suite.log" | head -20
+    grep -E "tests/cuda/|_cuda.py" "$OUT/suite.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED" | head -20
+    tail -2 "$OUT/suite.log"
+    if [ -n "${EXPERIMENT:-}" ]; then
+      while [ -n "$(jobs -rp)" ] && [ $((CALL_S - (SECONDS - T0))) -gt 30 ]; do sleep 3; done
+      tail -n 3 "$OUT"/experiment-*.log
+      (cd /tmp && find experiment -maxdepth 3 \( -name '*.json' -o -name '*.jsonl' -o -name '*.yaml' \) \
+        -print0 | tar czf "$OUT/experiment.tgz" --null -T -)
+      python3 - <<'PY'
+import glob, json
+for path in sorted(glob.glob("/tmp/experiment/**/metrics.jsonl", recursive=True)):
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    vals = [(r["step"], round(r["val_loss"], 4)) for r in rows if "val_loss" in r]
+    print(path.split("/")[-2], "steps", max((r["step"] for r in rows), default=0), "val", vals[-4:])
+PY
+    fi
     ;;
   *) echo "usage: gpu_session.sh bench|suite" >&2; exit 2 ;;
 esac

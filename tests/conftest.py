@@ -126,6 +126,16 @@ def _seed() -> None:
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _compile_only_in_cuda_tests(request: pytest.FixtureRequest, monkeypatch) -> None:
+    """On a machine with a GPU, `compile: auto` would compile every tiny run of the suite
+    (tens of seconds each): tests not marked `cuda` run with TYING_COMPILE=0 there, eager as on
+    the CPU. The `cuda` tests compile where they mean to, and a test that asks for compilation
+    explicitly (`compile=True`, or setting TYING_COMPILE itself) still gets it."""
+    if request.node.get_closest_marker("cuda") is None:
+        monkeypatch.setenv("TYING_COMPILE", "0")
+
+
 def cut_corpus(root: Path, chars: int, train_fraction: float, vocab_size: int) -> dict[str, Path]:
     """Train/validation .jsonl cut from the first Gutenberg validation book, and a BPE tokenizer.
 

@@ -86,6 +86,29 @@ def test_resume_after_kill(small_corpus, tmp_path) -> None:
     assert steps == list(range(1, max_steps + 1))  # each step once: resumed, not restarted
 
 
+def test_cells_held_by_another_process_are_left_to_it(small_corpus, tmp_path) -> None:
+    """Processes share a grid out: a cell whose run lock another process holds is skipped
+    ("held"), the grid goes on, and analysing is refused until that cell has finished."""
+    from tying.experiment.runner import require_trained
+    from tying.train.lock import RunFolderInUseError, RunFolderLock
+
+    cfg = load_experiment(MINIMAL, minimal_overrides(small_corpus, tmp_path / "exp"))
+    first, second = (cfg.run_dir(s) for s in cfg.runs())
+    max_steps = cfg.train_config(cfg.runs()[0]).max_steps
+    other = RunFolderLock(first).acquire()  # another process trains the first cell
+    try:
+        outcomes = run_grid(cfg, progress=False)
+    finally:
+        other.release()
+    assert [o.state for o in outcomes] == ["held", "new"]
+    assert run_state(first, max_steps) == "new" and run_state(second, max_steps) == "finished"
+    with pytest.raises(RunFolderInUseError, match="scratch-untied-s0"):
+        require_trained(outcomes)
+    outcomes = run_grid(cfg, progress=False)
+    assert [o.state for o in outcomes] == ["new", "finished"]
+    require_trained(outcomes)
+
+
 def test_changed_settings_are_refused(small_corpus, tmp_path) -> None:
     from tying.config import ConfigError
 

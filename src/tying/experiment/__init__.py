@@ -29,7 +29,7 @@ from tying.experiment.config import (
     RunSpec,
     load_experiment,
 )
-from tying.experiment.runner import DONE_FILE, RunOutcome, run_grid, run_state
+from tying.experiment.runner import DONE_FILE, RunOutcome, require_trained, run_grid, run_state
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def run_updates_only(cfg: ExperimentConfig, progress: bool = True) -> Path:
 
     if not cfg.updates.enabled:
         raise ValueError("the config has no update stage: give updates.bases or updates.units")
-    run_grid(cfg, progress=progress)
+    require_trained(run_grid(cfg, progress=progress))
     run_updates(cfg, progress=progress)
     key, block = update_block(cfg)
     path = cfg.root / "updates.json"
@@ -99,6 +99,7 @@ def run_experiment(cfg: ExperimentConfig, progress: bool = True) -> ExperimentRe
     from tying.experiment.analysis import analyze
 
     outcomes = run_grid(cfg, progress=progress)
+    require_trained(outcomes)
     if cfg.updates.enabled:
         from tying.experiment.updates import run_updates
 

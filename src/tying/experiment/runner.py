@@ -4,6 +4,12 @@ Cells run in-process, one after another (`tying.train.run.train`): simpler than 
 subprocess per cell and it shares the tokenized shards' cache; a failing cell raises and
 stops the grid, and the next invocation resumes it from its newest checkpoint.
 
+Several processes may train one grid at once (e.g. `tying experiment CFG --train-only`
+started three times on one GPU): a cell whose folder another live process holds (its run
+lock, `tying.train.lock`) is left to that process and the grid goes on with the next cell, so
+the processes share the cells out among themselves. `run_grid` returns such a cell as state
+"held"; `require_trained` refuses to analyse a grid that still has one.
+
 State of a cell's folder:
 
 - finished: `DONE.json` (the TrainResult and the config) is present and metrics.jsonl has
@@ -26,6 +32,7 @@ from tying.config import ConfigError, lift_moved_keys, to_dict
 from tying.experiment.config import ExperimentConfig, RunSpec
 from tying.train import checkpoint as ckpt
 from tying.train.config import TrainConfig, saved_train_config
+from tying.train.lock import RunFolderInUseError
 from tying.train.metrics import METRICS_FILE, read_metrics
 
 log = logging.getLogger(__name__)
@@ -37,7 +44,8 @@ _VOLATILE = ("resume", "progress", "tensorboard")
 
 @dataclass
 class RunOutcome:
-    """What the grid did with one cell: state before ("new", "partial", "finished") and result."""
+    """What the grid did with one cell: its state before ("new", "partial", "finished"), or
+    "held" (another live process trains it: `result` is empty), and the training result."""
 
     spec: RunSpec
     run_dir: Path
@@ -159,12 +167,18 @@ def prune_optimizer_states(run_dir: str | Path) -> int:
 
 
 def run_grid(cfg: ExperimentConfig, progress: bool = True) -> list[RunOutcome]:
-    """Train every cell of the grid in order (finished ones skipped, partial ones resumed)."""
+    """Train every cell of the grid in order (finished ones skipped, partial ones resumed, ones
+    another process is training left to it: state "held")."""
     outcomes = []
     specs = cfg.runs()
     for i, spec in enumerate(specs, 1):
         log.info(f"[{i}/{len(specs)}] {spec.name}")
-        outcome = train_cell(cfg, spec, progress=progress)
+        try:
+            outcome = train_cell(cfg, spec, progress=progress)
+        except RunFolderInUseError as error:
+            log.info(f"[{i}/{len(specs)}] {spec.name}: left to another process ({error})")
+            outcomes.append(RunOutcome(spec, cfg.run_dir(spec), "held", {}))
+            continue
         verb = {"finished": "already finished, skipped", "partial": "resumed and finished"}.get(
             outcome.state, "trained"
         )
@@ -174,3 +188,17 @@ def run_grid(cfg: ExperimentConfig, progress: bool = True) -> list[RunOutcome]:
         )
         outcomes.append(outcome)
     return outcomes
+
+
+def require_trained(outcomes: list[RunOutcome]) -> None:
+    """Refuse to go on from a grid with cells that other processes are still training.
+
+    Raises:
+        RunFolderInUseError: (exit status 2) naming those cells.
+    """
+    held = [o.spec.name for o in outcomes if o.state == "held"]
+    if held:
+        raise RunFolderInUseError(
+            f"{len(held)} cell(s) of the grid are being trained by another process "
+            f"({', '.join(held)}): run again when they have finished"
+        )
