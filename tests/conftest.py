@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import os
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,21 @@ def cuda() -> torch.device:
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     return torch.device("cuda")
+
+
+#: Environment variable naming a file that every failing test's report is appended to as soon
+#: as it fails (pytest prints its tracebacks only at the end, which a run cut by a time limit,
+#: such as a lent GPU's, never reaches).
+FAILURE_LOG_ENV = "TYING_TEST_FAILURE_LOG"
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Append a failed test's id, phase and traceback to $TYING_TEST_FAILURE_LOG, if set; under
+    pytest-xdist only the controller writes, as each worker's report arrives."""
+    path = os.environ.get(FAILURE_LOG_ENV)
+    if path and report.failed and "PYTEST_XDIST_WORKER" not in os.environ:
+        with open(path, "a", encoding="utf-8") as log:
+            log.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")
 
 
 @pytest.fixture(autouse=True)

@@ -28,8 +28,12 @@ def _outside_git(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     cwd.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env["GIT_CEILING_DIRECTORIES"] = str(tmp_path)
-    # the tying under test, wherever the working folder is (PYTHONPATH may be relative)
-    env["PYTHONPATH"] = str(Path(tying.__file__).resolve().parents[1])
+    # the tying under test first, then the rest of PYTHONPATH (where packages may be installed,
+    # as on a machine that adds them by `pip install --target`), each entry made absolute since
+    # the working folder changes
+    entries = [str(Path(tying.__file__).resolve().parents[1])]
+    entries += [str(Path(e).resolve()) for e in env.get("PYTHONPATH", "").split(os.pathsep) if e]
+    env["PYTHONPATH"] = os.pathsep.join(entries)
     probe = subprocess.run(
         ["git", "rev-parse", "--git-dir"], cwd=cwd, env=env, capture_output=True, check=False
     )

@@ -123,7 +123,9 @@ def fake_generator(answers: dict[str, str], seen: list[str]):
             answer = next(a for prompt, a in answers.items() if text.endswith(prompt))
             rows.append(tokenizer.encode(answer, add_special_tokens=False))
         width = max(len(r) for r in rows)
-        new = torch.tensor([r + [pad_token_id] * (width - len(r)) for r in rows])
+        new = torch.tensor(
+            [r + [pad_token_id] * (width - len(r)) for r in rows], device=context.device
+        )
         return torch.cat([context, new], dim=1)
 
     return generate

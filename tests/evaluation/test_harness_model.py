@@ -120,7 +120,7 @@ def test_adapter_is_applied_and_checked(tiny_teacher: Path, tmp_path: Path) -> N
     with torch.no_grad():
         expected = tuned(ids).logits
         plain = load_for_evaluation(tiny_teacher).model(ids).logits
-    adapted = TyingLM(spec=str(tiny_teacher), adapter=str(tmp_path / "adapter"))
+    adapted = TyingLM(spec=str(tiny_teacher), adapter=str(tmp_path / "adapter"), device="cpu")
     with torch.no_grad():
         got = adapted.model(ids).logits
     torch.testing.assert_close(got, expected)

@@ -52,8 +52,10 @@ class ParallelBlock(nn.Module):
         Not under `torch.compile`: there Inductor fuses the backward of every branch (RoPE,
         SiLU, the layout changes) into the gradient of the one concatenated product, a single
         pointwise kernel that took 115 ms of a 431 ms step (27 %; `small`, 131,072 tokens,
-        H200, benchmarks/results/gpu.json `ours_tt_compiled.profile`), where transformers'
-        Llama with separate projections spends about 25 ms on the same work.
+        H200, benchmarks/results/gpu-h200-fused-projections.json `ours_tt_compiled.profile`),
+        where transformers' Llama with separate projections spends about 25 ms on the same
+        work. With separate projections under compile the step took 364.5 ms instead of
+        427.7 ms (two runs on the H200, not side by side; docs/training.md).
         """
         return (
             device.type == "cuda"
