@@ -43,6 +43,7 @@ from torch import Tensor, nn
 from tying.decoder import Decoder
 from tying.hf import HFCausalLM, TyingForCausalLM
 from tying.interface import TokenInterface
+from tying.outputs import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -271,11 +272,8 @@ def _read_json_object(path: Path) -> dict[str, Any]:
 
 def write_adapter_record(folder: str | Path, record: dict[str, Any]) -> Path:
     """Write `record` as folder/tying_adapter.json (a temporary file, then a rename)."""
-    path = Path(folder) / ADAPTER_RECORD
-    tmp = path.with_name(f".{ADAPTER_RECORD}.tmp")
-    tmp.write_text(json.dumps({"format": RECORD_FORMAT, **record}, indent=2) + "\n")
-    tmp.replace(path)
-    return path
+    text = json.dumps({"format": RECORD_FORMAT, **record}, indent=2) + "\n"
+    return write_text_atomic(Path(folder) / ADAPTER_RECORD, text)
 
 
 def read_adapter_record(adapter_dir: str | Path) -> dict[str, Any] | None:

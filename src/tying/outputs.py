@@ -1,8 +1,10 @@
-"""Output folders written whole or not at all.
+"""Outputs written whole or not at all: folders and single files.
 
     with output_folder(out, overwrite=options.overwrite) as tmp:
         write everything into tmp
     # only now does `out` exist (renamed from tmp); a failure leaves `out` as it was
+
+    write_text_atomic(path, text)   # a reader sees the old file or the new one, never a torn one
 
 A non-empty `out` is refused unless `overwrite` (then it is replaced, not mixed into).
 """
@@ -53,3 +55,20 @@ def output_folder(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write `text` (UTF-8) to `path` through a uniquely named temporary file beside it, fsynced
+    and then renamed over `path` (`os.replace`): a killed writer leaves the old file or none,
+    never a partial one, and two writers never share a temporary file. Returns `path`."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

@@ -33,6 +33,7 @@ import numpy as np
 
 from tying.data.readers import Source, SourceInfo, describe_source, iter_documents
 from tying.data.tokenizer import TextTokenizer, load_tokenizer
+from tying.outputs import write_text_atomic
 
 #: Version of the shard layout and manifest; a cache built with another version is rebuilt.
 FORMAT_VERSION = 1
@@ -110,7 +111,7 @@ class Manifest:
     def save(self, folder: str | Path) -> Path:
         """Write ``folder/manifest.json`` atomically (temporary file, fsync, ``os.replace``)."""
         path = Path(folder) / MANIFEST_NAME
-        _atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
         return path
 
     @classmethod
@@ -141,15 +142,6 @@ class Manifest:
                 f"{FORMAT_VERSION}; rebuild the shards"
             )
         return manifest
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 # --------------------------------------------------------------------------- writing

@@ -40,7 +40,6 @@ import logging
 import math
 import os
 import subprocess
-import tempfile
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -54,7 +53,7 @@ from tying.config import positional
 from tying.devices import Precision, resolve_device, resolve_precision
 from tying.evaluation.stats import wilson_interval
 from tying.evaluation.tasks import TASKS, seeded_subset
-from tying.outputs import check_output_folder, output_folder
+from tying.outputs import check_output_folder, output_folder, write_text_atomic
 
 #: File name of the results in the output folder.
 RESULTS_FILE = "results.json"
@@ -372,17 +371,7 @@ def write_results(results: dict[str, Any], out: str | Path) -> Path:
     """Write `results` to out/results.json atomically (a temporary file, then a rename)."""
     folder = Path(out).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / RESULTS_FILE
-    fd, tmp = tempfile.mkstemp(prefix=".results.", suffix=".json", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(results, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_text_atomic(folder / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
 
 
 def evaluate_model(options: EvaluateOptions, lm: Any = None) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from tying.experiment.config import (
     load_experiment,
 )
 from tying.experiment.runner import DONE_FILE, RunOutcome, require_trained, run_grid, run_state
+from tying.outputs import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def write_report(report: dict[str, Any], out_dir: str | Path) -> tuple[Path, Pat
     out.mkdir(parents=True, exist_ok=True)
     data = finite(report)
     json_path = out / "report.json"
-    json_path.write_text(json.dumps(data, indent=2) + "\n")
+    write_text_atomic(json_path, json.dumps(data, indent=2) + "\n")
     md, page = build_document(data, out).write(out)
     return json_path, md, page
 
@@ -86,11 +87,8 @@ def run_updates_only(cfg: ExperimentConfig, progress: bool = True) -> Path:
     require_trained(run_grid(cfg, progress=progress))
     run_updates(cfg, progress=progress)
     key, block = update_block(cfg)
-    path = cfg.root / "updates.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"name": cfg.name, key: finite(block)}, indent=1) + "\n")
-    tmp.replace(path)
-    return path
+    text = json.dumps({"name": cfg.name, key: finite(block)}, indent=1) + "\n"
+    return write_text_atomic(cfg.root / "updates.json", text)
 
 
 def run_experiment(cfg: ExperimentConfig, progress: bool = True) -> ExperimentResult:

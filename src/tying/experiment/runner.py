@@ -30,6 +30,7 @@ from typing import Any
 
 from tying.config import ConfigError, lift_moved_keys, to_dict
 from tying.experiment.config import ExperimentConfig, RunSpec
+from tying.outputs import write_text_atomic
 from tying.train import checkpoint as ckpt
 from tying.train.config import TrainConfig, saved_train_config
 from tying.train.lock import RunFolderInUseError
@@ -142,7 +143,7 @@ def train_cell(cfg: ExperimentConfig, spec: RunSpec, progress: bool = True) -> R
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "config": to_dict(train_cfg),
     }
-    (run_dir / DONE_FILE).write_text(json.dumps(marker, indent=2, default=str) + "\n")
+    write_text_atomic(run_dir / DONE_FILE, json.dumps(marker, indent=2, default=str) + "\n")
     if not cfg.keep_optimizer_states:
         prune_optimizer_states(run_dir)
     return RunOutcome(spec, run_dir, state, record)

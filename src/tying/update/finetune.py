@@ -53,6 +53,7 @@ from tying.adapters import (
 from tying.config import ConfigError, from_dict, positional, to_dict
 from tying.devices import Precision, autocast_for, resolve_device, resolve_precision
 from tying.loader import load_any
+from tying.outputs import write_text_atomic
 from tying.train import checkpoint as ckpt
 from tying.train.distributed import DistInfo
 from tying.train.lock import LOCK_FILE, locked_run_folder
@@ -365,9 +366,7 @@ def _save_adapter(peft_model: Any, out: Path, interface: dict[str, torch.Tensor]
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     import json
 
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 @dataclass
