@@ -3,7 +3,7 @@
 # transformers and peft, no network, 15 minutes in all), as two calls made back to back so the
 # machine stays warm:
 #
-#   CALL_S=420 bash benchmarks/gpu_session.sh bench   # benchmarks/gpu.py -> $OUT/gpu.json
+#   CALL_S=480 bash benchmarks/gpu_session.sh bench   # benchmarks/gpu.py -> $OUT/gpu.json (7-8 min)
 #   CALL_S=420 bash benchmarks/gpu_session.sh suite   # the whole test suite (+ an optional
 #                                                     # experiment on the GPU beside it)
 #
@@ -29,7 +29,7 @@ python3 -c "import sys, torch, transformers, triton; print(sys.version.split()[0
 case "${1:-bench}" in
   bench)
     timeout $((CALL_S - (SECONDS - T0) - 5)) python3 benchmarks/gpu.py \
-      --budget-s $((CALL_S - 70)) --steps-budget-s "${STEPS_S:-230}" --reps "${REPS:-8}" \
+      --budget-s $((CALL_S - 60)) --steps-budget-s "${STEPS_S:-240}" --reps "${REPS:-8}" \
       --out "$OUT/gpu.json" > "$OUT/gpu.log" 2>&1
     echo "gpu.py rc $? at $((SECONDS - T0)) s"
     grep -v "Warning\|warn(\|^ *$" "$OUT/gpu.log" | tail -32
