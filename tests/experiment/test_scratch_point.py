@@ -3,23 +3,14 @@ validation (equal tokens), with hand-computed differences, on synthetic metrics.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from .conftest import benchmark_script
+
 TOKENS_PER_STEP = 64
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location(
-        "scratch_point", ROOT / "benchmarks" / "scratch_point.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _run(folder: Path, steps: int, offset: float) -> None:
@@ -43,7 +34,7 @@ def _run(folder: Path, steps: int, offset: float) -> None:
 
 
 def test_runs_are_compared_at_their_last_common_validation(tmp_path: Path) -> None:
-    script = _script()
+    script = benchmark_script("scratch_point")
     _run(tmp_path / "scratch-tt-s0", steps=20, offset=0.0)
     _run(tmp_path / "scratch-pit-s0", steps=12, offset=0.5)  # cut first: validations 5, 10
     _run(tmp_path / "scratch-pit-paper-s0", steps=20, offset=2.0)
@@ -64,7 +55,7 @@ def test_runs_are_compared_at_their_last_common_validation(tmp_path: Path) -> No
 
 
 def test_runs_without_a_common_validation_are_refused(tmp_path: Path) -> None:
-    script = _script()
+    script = benchmark_script("scratch_point")
     _run(tmp_path / "scratch-tt-s0", steps=20, offset=0.0)
     _run(tmp_path / "scratch-pit-s0", steps=4, offset=0.5)  # no validation yet
     _run(tmp_path / "scratch-pit-paper-s0", steps=20, offset=2.0)
