@@ -13,7 +13,7 @@ the paper's own range of teacher-mode differences (PIT − TT of Table 1's three
 otherwise "undecided" with the largest |effect| the interval leaves.
 
     python benchmarks/teacher_seeds.py [--decoder FOLDER ...] [--gpt2 FOLDER ...] \
-        [--out docs/results/teacher_seeds.json]    # defaults: TEACHERS
+        [--smollm2 FOLDER ...] [--out docs/results/teacher_seeds.json]    # defaults: TEACHERS
     python benchmarks/teacher_seeds.py --markdown    # the tables of docs/results.md §13
 
 Only seeds whose TT and PIT runs both finished (DONE.json) are paired; the others are listed as
@@ -40,6 +40,7 @@ PAPER_TABLE1 = {
 TEACHERS = {
     "decoder": ["runs/experiment-update-units", "runs/experiment-teacher-isotropic-decoder"],
     "gpt2": ["runs/experiment-teacher-isotropic-gpt2"],
+    "smollm2": ["runs/experiment-teacher-smollm2-seeds"],
 }
 CONFIGS = {
     "decoder": [
@@ -47,6 +48,7 @@ CONFIGS = {
         "configs/experiments/teacher_isotropic_decoder.yaml",
     ],
     "gpt2": ["configs/experiments/teacher_isotropic_gpt2.yaml"],
+    "smollm2": ["configs/experiments/teacher_smollm2_seeds.yaml"],
 }
 #: Training-loss rows averaged for the secondary (training-loss) comparison.
 TRAIN_WINDOW = 10
@@ -286,7 +288,7 @@ def analyse(folders: dict[str, Path]) -> dict[str, Any]:
     }
 
 
-NAMES = {"decoder": "decoder `tiny`", "gpt2": "GPT-2 (LayerNorm)"}
+NAMES = {"decoder": "decoder `tiny`", "gpt2": "GPT-2 (LayerNorm)", "smollm2": "SmolLM2-135M"}
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -383,6 +385,7 @@ def main() -> None:
     )
     parser.add_argument("--decoder", nargs="+", default=TEACHERS["decoder"], metavar="FOLDER")
     parser.add_argument("--gpt2", nargs="+", default=TEACHERS["gpt2"], metavar="FOLDER")
+    parser.add_argument("--smollm2", nargs="+", default=TEACHERS["smollm2"], metavar="FOLDER")
     parser.add_argument("--out", default="docs/results/teacher_seeds.json")
     parser.add_argument(
         "--markdown", action="store_true", help="print the tables of an existing --out JSON"
@@ -391,7 +394,7 @@ def main() -> None:
     if args.markdown:
         print(markdown(json.loads(Path(args.out).read_text())))
         return
-    data = analyse({"decoder": args.decoder, "gpt2": args.gpt2})
+    data = analyse({"decoder": args.decoder, "gpt2": args.gpt2, "smollm2": args.smollm2})
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=2) + "\n")
