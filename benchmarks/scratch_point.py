@@ -35,15 +35,19 @@ TRAIN_WINDOW = 10
 
 
 def run_record(run_dir: Path) -> dict[str, Any]:
-    """Steps, tokens, validation and training losses and the median tokens/s of one run."""
+    """Steps, validation losses (and the tokens trained when each was taken), training losses
+    (and the tokens trained after each step) and the median tokens/s of one run; metrics.jsonl's
+    `tokens` counts the tokens trained so far."""
     rows = read_metrics(run_dir)
     train = [r for r in rows if "lr" in r]
+    val = [r for r in rows if "val_loss" in r]
     return {
         "run": run_dir.name,
         "steps": len(train),
-        "tokens_per_step": train[0]["tokens"] if train else None,
-        "val_loss": {int(r["step"]): r["val_loss"] for r in rows if "val_loss" in r},
+        "val_loss": {int(r["step"]): r["val_loss"] for r in val},
+        "val_tokens": {int(r["step"]): r["tokens"] for r in val},
         "train_loss": [r["loss"] for r in train],
+        "train_tokens": [r["tokens"] for r in train],
         "tokens_per_s_median": statistics.median(r["tokens_per_s"] for r in train[1:]),
     }
 
@@ -56,8 +60,7 @@ def analyze(runs_dir: Path) -> dict[str, Any]:
         raise ValueError(f"the runs under {runs_dir} share no validation step")
     step = common[-1]
     tt = records["tt"]
-    per_token = tt["tokens_per_step"]
-    compared: dict[str, Any] = {"step": step, "tokens": step * per_token}
+    compared: dict[str, Any] = {"step": step, "tokens": tt["val_tokens"][step]}
     for label, record in records.items():
         window = record["train_loss"][step - TRAIN_WINDOW : step]
         compared[label] = {
@@ -95,14 +98,11 @@ def figure(result: dict[str, Any], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for label, record in result["runs"].items():
-        per_step = record["tokens_per_step"] / 1e6
-        train = record["train_loss"]
-        (line,) = ax.plot(
-            [(i + 1) * per_step for i in range(len(train))], train, lw=1, alpha=0.6, label=label
-        )
-        steps = sorted(record["val_loss"], key=int)
+        millions = [t / 1e6 for t in record["train_tokens"]]
+        (line,) = ax.plot(millions, record["train_loss"], lw=1, alpha=0.6, label=label)
+        steps = sorted(record["val_loss"])
         ax.plot(
-            [int(s) * per_step for s in steps],
+            [record["val_tokens"][s] / 1e6 for s in steps],
             [record["val_loss"][s] for s in steps],
             "o",
             color=line.get_color(),
@@ -125,8 +125,8 @@ def main() -> None:
     parser.add_argument("--figure", default="docs/results/scratch_small_gpu.png")
     args = parser.parse_args()
     result = analyze(Path(args.runs))
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     figure(result, Path(args.figure))
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     c = result["last_common_validation"]
     print(f"last common validation: step {c['step']} ({c['tokens']:,} tokens)")
     for label in RUNS:

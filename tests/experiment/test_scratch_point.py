@@ -22,14 +22,16 @@ def _run(folder: Path, steps: int, offset: float) -> None:
         rows.append(
             {
                 "step": s,
-                "tokens": TOKENS_PER_STEP,
+                "tokens": s * TOKENS_PER_STEP,  # trained so far, as metrics.jsonl counts them
                 "loss": 10 - s / 10 + offset,
                 "lr": 1e-3,
                 "tokens_per_s": 100.0 * s,
             }
         )
         if s % 5 == 0:
-            rows.append({"step": s, "val_loss": 10 - s / 10 + offset + 0.25})
+            rows.append(
+                {"step": s, "tokens": s * TOKENS_PER_STEP, "val_loss": 10 - s / 10 + offset + 0.25}
+            )
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
