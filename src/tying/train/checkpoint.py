@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from tying.outputs import write_text_atomic
+
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
 
@@ -85,10 +87,7 @@ def save_checkpoint(
     if final.exists():
         shutil.rmtree(final)
     os.rename(tmp, final)
-    latest_tmp = root / f".{LATEST}.tmp"
-    latest_tmp.write_text(final.name + "\n")
-    _fsync_file(latest_tmp)
-    os.replace(latest_tmp, root / LATEST)
+    write_text_atomic(root / LATEST, final.name + "\n")
     _fsync_dir(root)
     for old in list_checkpoints(run_dir)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
