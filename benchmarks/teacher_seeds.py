@@ -27,6 +27,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tying.train.metrics import read_metrics
+
 #: The PIT paper's Table 1, Teacher rows: final training loss (TT, PIT) per model.
 PAPER_TABLE1 = {
     "GPT-256M": {"tt": 2.311, "pit": 2.304},
@@ -66,7 +68,7 @@ def read_run(run: Path) -> dict[str, Any] | None:
     done = run / "DONE.json"
     if not done.is_file():
         return None
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
+    rows = read_metrics(run)
     val = [r for r in rows if r.get("val_loss") is not None]
     train = [r for r in rows if "loss" in r]
     last = max(r["step"] for r in train)
