@@ -3,14 +3,15 @@
 # transformers and peft, no network, 15 minutes in all), as two calls made back to back so the
 # machine stays warm:
 #
-#   CALL_S=480 bash benchmarks/gpu_session.sh bench   # benchmarks/gpu.py -> $OUT/gpu.json (7-8 min)
-#   CALL_S=420 bash benchmarks/gpu_session.sh suite   # the whole test suite (+ an optional
+#   CALL_S=450 bash benchmarks/gpu_session.sh bench   # benchmarks/gpu.py -> $OUT/gpu.json (6-7 min)
+#   CALL_S=300 bash benchmarks/gpu_session.sh suite   # the whole test suite (+ an optional
 #                                                     # experiment on the GPU beside it)
 #
 # What the machine lacks travels in the git-ignored folder .gpu/ (carry it: `carry: [".gpu"]`):
 #   .gpu/whl/   wheels of lm-eval and the other pure-Python dependencies the machine lacks
 #               (`pip download --no-deps` here; lm-eval's tasks run offline from .gpu/data)
 #   .gpu/data/  a copy of ../shared/data/corpus and ../shared/data/bench (never committed)
+#   .gpu/papers/ a copy of ../shared/papers (tests/docs/test_claims.py reads them beside the data)
 # Each step is bounded by CALL_S (seconds); every test's outcome is written as it ends (-v) and
 # every failure's traceback to $OUT/failures.txt, so a suite cut by the time limit still says
 # which tests failed and why. An EXPERIMENT trained beside the suite slows both (see below).
@@ -29,7 +30,7 @@ python3 -c "import sys, torch, transformers, triton; print(sys.version.split()[0
 case "${1:-bench}" in
   bench)
     timeout $((CALL_S - (SECONDS - T0) - 5)) python3 benchmarks/gpu.py \
-      --budget-s $((CALL_S - 60)) --steps-budget-s "${STEPS_S:-240}" --reps "${REPS:-8}" \
+      --budget-s $((CALL_S - 60)) --steps-budget-s "${STEPS_S:-200}" --reps "${REPS:-8}" \
       --out "$OUT/gpu.json" > "$OUT/gpu.log" 2>&1
     echo "gpu.py rc $? at $((SECONDS - T0)) s"
     grep -v "Warning\|warn(\|^ *$" "$OUT/gpu.log" | tail -32
@@ -46,18 +47,20 @@ case "${1:-bench}" in
         sleep 5
       done
     fi
-    # the default run (`-m "not slow"`) in two passes: the cuda tests alone first (on
-    # 2026-11-26 one pass beside a 3-run experiment reached only 4 of the 11 in 386 s), then
-    # the rest; each failure's traceback goes to $OUT/failures.txt as it happens
+    # the default run (`-m "not slow"`) as two pytest processes side by side, so that neither
+    # waits for the other: the cuda tests (on 2026-11-26 one pass beside a 3-run experiment
+    # reached only 4 of the 11 in 386 s) on CUDA_WORKERS workers, the rest on WORKERS; each
+    # failure's traceback goes to $OUT/failures.txt as it happens
     export TYING_TEST_FAILURE_LOG="$OUT/failures.txt"
-    timeout $((CALL_S - (SECONDS - T0) - 60)) python3 -m pytest -v -p no:cacheprovider \
-      -n "${CUDA_WORKERS:-4}" -m "cuda and not slow" --durations=15 ${TESTS:-tests} \
-      > "$OUT/suite-cuda.log" 2>&1
-    echo "cuda tests rc $? at $((SECONDS - T0)) s"
-    timeout $((CALL_S - (SECONDS - T0) - 35)) python3 -m pytest -v -p no:cacheprovider \
-      -n "${WORKERS:-12}" -m "not cuda and not slow" --durations=30 ${TESTS:-tests} \
-      > "$OUT/suite.log" 2>&1
+    LEFT=$((CALL_S - (SECONDS - T0) - 40))
+    ( timeout $LEFT python3 -m pytest -v -p no:cacheprovider -n "${CUDA_WORKERS:-4}" \
+        -m "cuda and not slow" --durations=15 ${TESTS:-tests} > "$OUT/suite-cuda.log" 2>&1
+      echo "cuda tests rc $? at $((SECONDS - T0)) s" ) &
+    CUDA_PID=$!
+    timeout $LEFT python3 -m pytest -v -p no:cacheprovider -n "${WORKERS:-10}" \
+      -m "not cuda and not slow" --durations=30 ${TESTS:-tests} > "$OUT/suite.log" 2>&1
     echo "other tests rc $? at $((SECONDS - T0)) s"
+    wait $CUDA_PID
     for log in "$OUT/suite-cuda.log" "$OUT/suite.log"; do
       echo "$(basename "$log"): $(grep -c " PASSED" "$log") passed," \
         "$(grep -c " SKIPPED" "$log") skipped, $(grep -cE " FAILED| ERROR" "$log") failed"

@@ -1,6 +1,7 @@
 """The claims table of docs/results.md: every number comes from its JSON, the table in the page is
 the generated one, and every paper number, table, figure and section the docs cite exists in that
-paper's text (../shared/papers, skipped where that folder is absent)."""
+paper's text (the folder `papers` beside the data folder, ../shared/papers by default; skipped
+where it is absent)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from tying.paths import data_dir
 from tying.report import claims as C
 
 ROOT = Path(__file__).resolve().parents[2]
-PAPERS_DIR = ROOT.parent / "shared" / "papers"
+#: ../shared/papers, or `papers` beside $TYING_DATA_DIR (as the GPU session carries them).
+PAPERS_DIR = data_dir().parent / "papers"
 CLAIMS = C.load_claims(ROOT / "docs" / "results" / "claims.yaml")
 
 
 def _paper_text(prefix: str) -> str:
     if not PAPERS_DIR.is_dir():
-        pytest.skip(f"the papers are not at {PAPERS_DIR} (../shared/papers beside the repository)")
+        pytest.skip(f"the papers are not at {PAPERS_DIR} (beside the data folder)")
     files = sorted(PAPERS_DIR.glob(f"{prefix}_*.txt"))
     if not files:
         pytest.skip(f"no {prefix}_*.txt in {PAPERS_DIR}")
