@@ -15,13 +15,14 @@ JSON is rewritten after each, so a run cut by its time limit keeps what it measu
   importance (none starts after `--steps-budget-s`): the comparison the issue asks for first
   (our Decoder TT compiled; transformers' LlamaForCausalLM of the same shape, tied, compiled;
   PIT compiled, trainable Z as in scratch mode, T^{-1} applied by a product on the GPU; our TT
-  eager; untied compiled; Llama eager), then the alternatives that explain it (TT, Llama and
-  PIT at the larger micro-batch; TT compiled with the parallel block's five input projections
-  fused into one product, the default before `ParallelBlock._fuses_projections` refused it
-  under compile; PIT with T^{-1} by triangular solves as on the CPU, "solves"; TT with 1 GiB
-  chunks of logits in the chunked cross-entropy). Compiling a variant costs 30-51 s on an
-  H200, so the defaults (`--steps-budget-s 200`, `--budget-s 400`) time the first six or seven
-  and leave time for every other section: about 6 minutes in all. Per variant: median step time (CUDA events), tokens/s, MFU = (6·N + 12·L·T·d)·tokens /
+  eager; untied compiled; TT at the larger micro-batch, which `train` then uses if faster),
+  then the alternatives that explain it (Llama at the larger micro-batch; Llama eager; PIT at
+  the larger micro-batch; TT compiled with the parallel block's five input projections fused
+  into one product, the default before `ParallelBlock._fuses_projections` refused it under
+  compile; PIT with T^{-1} by triangular solves as on the CPU, "solves"; TT with 1 GiB chunks
+  of logits in the chunked cross-entropy). Compiling a variant costs 25-53 s on an H100 or
+  H200, so the defaults (`--steps-budget-s 190`, `--budget-s 420`) time the first six (about
+  235 s on the H100) and leave time for every other section: about 7 minutes in all. Per variant: median step time (CUDA events), tokens/s, MFU = (6·N + 12·L·T·d)·tokens /
   time / peak (N = parameters in matrix products, the head once;
   `benchmarks/train_throughput.py`), peak memory, the losses of every step; for TT, PIT and
   Llama compiled a kernel profile of one step (time per kernel family, the longest kernels,
@@ -39,7 +40,7 @@ JSON is rewritten after each, so a run cut by its time limit keeps what it measu
 
 Usage (on a machine with a GPU; `--quick` runs tiny shapes, also on the CPU, to test the
 script):
-    python benchmarks/gpu.py [--out benchmarks/results/gpu.json] [--budget-s 400] [--quick]
+    python benchmarks/gpu.py [--out benchmarks/results/gpu.json] [--budget-s 420] [--quick]
 """
 
 from __future__ import annotations
@@ -322,9 +323,9 @@ def steps(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
         "ours_pit_compiled": ours("pit", profiled=True),
         "ours_tt_eager": ours("tt", compiled=False),
         "ours_untied_compiled": ours("untied"),
-        "hf_llama_eager": llama(compiled=False),
         "ours_tt_compiled_micro2x": ours("tt", factor=2),
         "hf_llama_compiled_micro2x": llama(factor=2),
+        "hf_llama_eager": llama(compiled=False),
         "ours_pit_compiled_micro2x": ours("pit", factor=2),
         "ours_tt_compiled_fused_projections": ours("tt", patches=fused_compiled),
         "ours_pit_compiled_solves": ours("pit", patches=pit_solves),
@@ -674,11 +675,11 @@ def main() -> None:
     )
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "gpu.json"))
     parser.add_argument("--work", default="/tmp/tying-gpu-bench", help="run folders go here")
-    parser.add_argument("--budget-s", type=float, default=400.0, help="start no section after")
+    parser.add_argument("--budget-s", type=float, default=420.0, help="start no section after")
     parser.add_argument("--reps", type=int, default=10, help="timed steps per variant")
     parser.add_argument("--train-steps", type=int, default=30)
     parser.add_argument(
-        "--steps-budget-s", type=float, default=200.0, help="`steps` starts no variant after this"
+        "--steps-budget-s", type=float, default=190.0, help="`steps` starts no variant after this"
     )
     parser.add_argument(
         "--step-tokens",

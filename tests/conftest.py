@@ -137,6 +137,18 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             log.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, each worker takes its share of the CPU cores for torch's threads (and
+    the subprocesses it starts, through OMP_NUM_THREADS) unless OMP_NUM_THREADS is set: torch's
+    default, every core in every worker, made 15 workers on a 16-core GPU machine run the suite
+    several times slower than 2 workers on 2 cores (2026-11-26)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        threads = max(1, len(os.sched_getaffinity(0)) // workers)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
