@@ -12,8 +12,10 @@ sets give:
   changes and y = ln(KL WikiText-2 / gain), subset and full; the subset gain's item-sampling
   standard error (a ratio estimator over the subset's items, tokens as weights, with the finite
   population correction) and whether the full-set gain lies within 1.96 of them;
-- per seed whose four bases are all done: the matched-loss PIT − TT difference of y (the
-  experiment's primary metric, read at the experiment's L*), subset and full.
+- over the seeds whose four bases are all done: the experiment's own comparison
+  (`tying.experiment.update_units.compare_units`: primary y at matched loss, the secondary
+  family under Holm), once with the subsets' values and once with the full sets', the same
+  seeds, bases, adapters and side-effect KLs (only the test-set likelihoods differ).
 
     OMP_NUM_THREADS=1 python benchmarks/update_units_full_sets.py evaluate --seeds 0 2 4 6 &
     OMP_NUM_THREADS=1 python benchmarks/update_units_full_sets.py evaluate --seeds 1 3 5 7 &
@@ -102,8 +104,8 @@ def compare(cfg: Any, out: Path) -> dict[str, Any]:
     from tying.experiment.update_units import (
         base_record,
         collect_units,
+        compare_units,
         metric_values,
-        unit_differences,
     )
     from tying.experiment.updates import (
         RESULTS_FILE,
@@ -116,7 +118,7 @@ def compare(cfg: Any, out: Path) -> dict[str, Any]:
     subset_records = {r["base"]: r for r in collect_units(cfg)}
     units_json = json.loads((ROOT / "docs" / "results" / "update_units.json").read_text())
     comparison = units_json["update_units"]["comparisons"][0]
-    at_loss, primary = comparison["at_loss"], comparison["primary_metric"]
+    primary = comparison["primary_metric"]
     control, treatment = comparison["control"], comparison["treatment"]
     task = cfg.updates.tasks[0]
     label = task_label(task)
@@ -162,28 +164,21 @@ def compare(cfg: Any, out: Path) -> dict[str, Any]:
     seeds_done = sorted(
         s for s in {r["base_seed"] for r in rows} if sum(r["base_seed"] == s for r in rows) == 4
     )
-    subset_units = [u for u in comparison["primary"]["units"] if u["base_seed"] in seeds_done]
-    full_units = unit_differences(
-        [r for r in full_records if r["base_seed"] in seeds_done],
-        primary,
-        control,
-        treatment,
-        at_loss,
-    )
-    units = [
-        {
-            "base_seed": s["base_seed"],
-            "difference_subset": s["difference"],
-            "difference_full": f["difference"],
-        }
-        for s, f in zip(subset_units, full_units, strict=True)
-    ]
+    secondary = list(comparison["secondary"])
+
+    def on_seeds_done(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+        chosen = [r for r in records if r["base_seed"] in seeds_done]
+        if len(seeds_done) < 2:
+            return None
+        return compare_units(chosen, control, treatment, primary, secondary)
+
+    subset_cmp = on_seeds_done(list(subset_records.values()))
+    full_cmp = on_seeds_done(full_records)
     gaps = [abs(r["gain_full"] - r["gain_subset"]) for r in rows]
     return {
         "benchmark": "update units: full test sets against the 120-item subsets",
         "config": str(CONFIG.relative_to(ROOT)),
         "task": label,
-        "at_loss": at_loss,
         "primary_metric": primary,
         "bases_done": len(rows),
         "seeds_done": seeds_done,
@@ -191,7 +186,8 @@ def compare(cfg: Any, out: Path) -> dict[str, Any]:
         "share_within_1_96_se": (
             sum(r["gain_full_within_1_96_se"] for r in rows) / len(rows) if rows else None
         ),
-        "units": units,
+        "subset": subset_cmp,
+        "full": full_cmp,
         "bases": rows,
     }
 

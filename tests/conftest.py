@@ -137,14 +137,22 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             log.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")
 
 
+def _cores() -> int:
+    """CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):  # Linux
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist, each worker takes its share of the CPU cores for torch's threads (and
-    the subprocesses it starts, through OMP_NUM_THREADS) unless OMP_NUM_THREADS is set: torch's
-    default, every core in every worker, made 15 workers on a 16-core GPU machine run the suite
-    several times slower than 2 workers on 2 cores (2026-11-26)."""
+    the subprocesses it starts, through OMP_NUM_THREADS) unless OMP_NUM_THREADS is set. torch's
+    default, every core in every worker, oversubscribes them: 15 workers × 16 threads on the
+    16-core GPU machine of 2026-11-26, where the suite ran far slower than on 2 cores; on
+    those 2 cores the default run went from 289 s to 222 s with this share."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
-        threads = max(1, len(os.sched_getaffinity(0)) // workers)
+        threads = max(1, _cores() // workers)
         os.environ["OMP_NUM_THREADS"] = str(threads)
         torch.set_num_threads(threads)
 
