@@ -4,7 +4,7 @@
 # machine stays warm:
 #
 #   CALL_S=460 bash benchmarks/gpu_session.sh bench   # benchmarks/gpu.py -> $OUT/gpu.json (about 7 min)
-#   CALL_S=300 bash benchmarks/gpu_session.sh suite   # the whole test suite (+ an optional
+#   CALL_S=360 bash benchmarks/gpu_session.sh suite   # the whole test suite (+ an optional
 #                                                     # experiment on the GPU beside it)
 #
 # What the machine lacks travels in the git-ignored folder .gpu/ (carry it: `carry: [".gpu"]`):

@@ -254,3 +254,33 @@ def test_section_14_update_units_are_the_json():
         printed_metrics += 1
     assert printed_metrics == len(summaries)
     assert primary["verdict"] in " ".join(text.split())
+
+
+def test_section_14b_full_test_sets_are_the_json():
+    """§14b: the experiment's comparison with the subsets' likelihoods and with the full sets',
+    on the seeds whose full-set evaluations are done, and the per-base gain check."""
+    text = _section("14b.")
+    data = _json("update_units_full_sets.json")
+    assert f"{data['bases_done']} bases" in text
+    subset, full = data["subset"], data["full"]
+    printed_metrics = 0
+    for title, key in UNIT_METRICS.items():
+        (row,) = _rows(text, title + " |")
+        s = subset["primary"] if key == subset["primary_metric"] else subset["secondary"][key]
+        f = full["primary"] if key == full["primary_metric"] else full["secondary"][key]
+        assert int(row[1]) == s["n"] == f["n"] == len(data["seeds_done"])
+        for printed, value, what in (
+            (row[2], s["mean"], "subset mean"),
+            (row[3].split(" to ")[0], s["ci95"][0], "subset ci low"),
+            (row[3].split(" to ")[1], s["ci95"][1], "subset ci high"),
+            (row[4], f["mean"], "full mean"),
+            (row[5].split(" to ")[0], f["ci95"][0], "full ci low"),
+            (row[5].split(" to ")[1], f["ci95"][1], "full ci high"),
+            (row[6], f["sign_flip"]["p"], "full p"),
+        ):
+            _check(printed, value, f"§14b {title} {what}")
+        if key != full["primary_metric"]:
+            _check(row[7], f["p_holm"], f"§14b {title} Holm p")
+        printed_metrics += 1
+    assert printed_metrics == 1 + len(full["secondary"])
+    assert full["primary"]["verdict"] in " ".join(text.split())
