@@ -25,6 +25,7 @@ sets give:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -45,28 +46,10 @@ def _bases(cfg: Any, seeds: list[int] | None) -> list[Any]:
     return [b for b in bases if seeds is None or b.run.seed in seeds]
 
 
-def _full_options(cfg: Any, spec: str, adapter: Path | None, out: Path) -> Any:
-    """The experiment's own evaluation options with every item (`limit: null`)."""
-    from tying.config import from_dict
-    from tying.evaluation.evaluate import EvaluateOptions
-
-    u = cfg.updates
-    data = {
-        **u.evaluate,
-        "spec": spec,
-        "adapter": str(adapter) if adapter is not None else None,
-        "tasks": list(u.eval_tasks),
-        "limit": None,
-        "seed": u.seed,
-        "out": str(out),
-    }
-    return from_dict(EvaluateOptions, data, source="update_units_full_sets")
-
-
 def evaluate(cfg: Any, seeds: list[int], out: Path) -> None:
     """Every base of `seeds` and base + its LoRA on the full sets (finished ones skipped)."""
     from tying.evaluation.evaluate import evaluate_model
-    from tying.experiment.updates import RESULTS_FILE, update_folders
+    from tying.experiment.updates import RESULTS_FILE, evaluate_options, update_folders
 
     for b in _bases(cfg, seeds):
         for task in cfg.updates.tasks:
@@ -77,7 +60,8 @@ def evaluate(cfg: Any, seeds: list[int], out: Path) -> None:
                     log.info("%s %s: done, skipped", b.name, label)
                     continue
                 log.info("%s %s: evaluating on the full sets", b.name, label)
-                evaluate_model(_full_options(cfg, b.spec, with_adapter, folder))
+                options = evaluate_options(cfg, b.spec, with_adapter, folder)
+                evaluate_model(dataclasses.replace(options, limit=None))  # every item
 
 
 def gain_standard_error(pair: dict[str, Any], task: str, population: int) -> float:

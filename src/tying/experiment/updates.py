@@ -130,11 +130,13 @@ def update_folders(cfg: ExperimentConfig, base: str, task: str) -> UpdateFolders
     return UpdateFolders(leaf / "adapter", leaf / "eval", leaf / "side-effects")
 
 
-def _evaluate(cfg: ExperimentConfig, spec: str, adapter: Path | None, out: Path) -> None:
-    from tying.evaluation.evaluate import EvaluateOptions, evaluate_model
+def evaluate_options(cfg: ExperimentConfig, spec: str, adapter: Path | None, out: Path) -> Any:
+    """The stage's `EvaluateOptions` for model `spec` (with `adapter`, if any) written to
+    `out`: the `updates.evaluate` section with the stage's tasks, item limit and seed."""
+    from tying.evaluation.evaluate import EvaluateOptions
 
     u = cfg.updates
-    options = from_dict(
+    return from_dict(
         EvaluateOptions,
         {
             **u.evaluate,
@@ -147,7 +149,12 @@ def _evaluate(cfg: ExperimentConfig, spec: str, adapter: Path | None, out: Path)
         },
         source="updates.evaluate",
     )
-    evaluate_model(options)
+
+
+def _evaluate(cfg: ExperimentConfig, spec: str, adapter: Path | None, out: Path) -> None:
+    from tying.evaluation.evaluate import evaluate_model
+
+    evaluate_model(evaluate_options(cfg, spec, adapter, out))
 
 
 def _finetune(
