@@ -33,7 +33,7 @@ from torch import Tensor, nn
 STOP_WINDOW_SLACK = 4
 
 
-def _forward_parameters(model: nn.Module) -> set[str]:
+def forward_parameters(model: nn.Module) -> set[str]:
     """Names of the keyword arguments of the forward that finally runs (through peft wrappers)."""
     names: set[str] = set()
     current: Any = model
@@ -50,10 +50,10 @@ def _forward_parameters(model: nn.Module) -> set[str]:
     return names
 
 
-def cache_argument(forward_parameters: set[str]) -> str:
+def cache_argument(parameters: set[str]) -> str:
     """The forward's keyword for the KV cache: "cache" where it takes that name (transformers
     5.2x, where "past_key_values" is deprecated), else "past_key_values"."""
-    return "cache" if "cache" in forward_parameters else "past_key_values"
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 def output_cache(output: Any) -> Any:
@@ -159,7 +159,7 @@ def greedy_generate(
 
     device = input_ids.device
     batch = input_ids.shape[0]
-    accepts = _forward_parameters(model)
+    accepts = forward_parameters(model)
     extra = {"logits_to_keep": 1} if "logits_to_keep" in accepts else {}
     cache_arg = cache_argument(accepts)
     eos_tensor = torch.tensor(eos, dtype=input_ids.dtype, device=device)

@@ -10,6 +10,9 @@ with `tying.evaluation.generate.greedy_generate`.
   transformers folders, peft adapters);
 - greedy generation through `greedy_generate` (same tokens as `generate(do_sample=False)`,
   less work per token); any sampling option falls back to lm-eval's `generate` path;
+- log-likelihoods with the head run only on the positions that hold continuations
+  (`logits_to_keep`, see `tying.evaluation.continuation_logits`), where the model's forward
+  takes that argument: the same numbers, a fraction of the work on long prompts;
 - `get_model_info` without Hub look-ups (works offline).
 
 Importing this module registers the model with lm-eval (`register_model("tying")`). lm-eval
@@ -32,7 +35,8 @@ from lm_eval.models.huggingface import HFLM
 
 from tying import devices
 from tying._compat import moved_attribute
-from tying.evaluation.generate import eos_ids_of, greedy_generate
+from tying.evaluation.continuation_logits import ContinuationWindows, Request
+from tying.evaluation.generate import eos_ids_of, forward_parameters, greedy_generate
 from tying.evaluation.loading import EvalModel, apply_adapter, load_for_evaluation, parse_dtype
 
 #: The name of the model in lm-eval (`--model tying`).
@@ -96,6 +100,9 @@ class TyingLM(HFLM):
             available, else the CPU; CUDA asked for where there is none is a ValueError).
             Default: an instantiated model stays where it is, a spec goes to "auto".
         batch_size: requests per forward/generation batch (int, or lm-eval's "auto").
+        continuation_logits: log-likelihoods with the head on the continuation positions only
+            (where the model's forward takes `logits_to_keep`); False: on every position, as
+            lm-eval's HFLM (the same numbers, more work).
         **kwargs: other HFLM options (max_length, max_batch_size, mixed_precision_dtype, ...).
 
     Raises:
@@ -113,6 +120,7 @@ class TyingLM(HFLM):
         dtype: str | torch.dtype | None = None,
         device: str | None = None,
         batch_size: int | str = 1,
+        continuation_logits: bool = True,
         **kwargs: Any,
     ) -> None:
         if isinstance(pretrained, (str, Path)):
@@ -143,6 +151,10 @@ class TyingLM(HFLM):
                 model=model, tokenizer=tokenizer, name=name, spec="", adapter=adapter
             )
         self.loaded = loaded
+        self._windows: ContinuationWindows | None = None
+        self._keeps_logits = continuation_logits and "logits_to_keep" in forward_parameters(
+            loaded.model
+        )
         with _expected_lm_eval_warnings_at_debug():
             super().__init__(
                 pretrained=loaded.model,
@@ -152,11 +164,44 @@ class TyingLM(HFLM):
                 **kwargs,
             )
 
+    def _loglikelihood_tokens(
+        self,
+        requests: list[Request],
+        disable_tqdm: bool = False,
+        override_bs: int | None = None,
+    ) -> list[tuple[float, bool]]:
+        """lm-eval's, with the requests known to `_model_call` (which positions need logits)."""
+        self._windows = ContinuationWindows(requests, self.max_length)
+        try:
+            return super()._loglikelihood_tokens(
+                requests, disable_tqdm=disable_tqdm, override_bs=override_bs
+            )
+        finally:
+            self._windows = None
+
     def _model_call(self, inps: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        """lm-eval's forward (under its autocast), with the logits in float32: lm-eval takes
-        their log-softmax and sums the log-likelihoods outside the autocast, where bf16 logits
-        would round a sum of -704.27 nats to -704.0."""
-        logits = super()._model_call(inps, *args, **kwargs)
+        """lm-eval's forward (under its autocast) of a batch (B, T), with the logits in float32:
+        lm-eval takes their log-softmax and sums the log-likelihoods outside the autocast, where
+        bf16 logits would round a sum of -704.27 nats to -704.0.
+
+        Inside `_loglikelihood_tokens`, where the model takes `logits_to_keep`: the logits of
+        the last k positions only (B, k, V), k from `ContinuationWindows` (lm-eval slices each
+        row's continuation from the end of what it gets)."""
+        keep = 0
+        if self._windows is not None and self._keeps_logits and not args and not kwargs:
+            keep = self._windows.positions_to_keep(inps)
+        if keep:
+            with (
+                torch.no_grad(),
+                torch.autocast(
+                    device_type=self.device.type,
+                    dtype=self.mixed_precision_dtype,
+                    enabled=self.mixed_precision_dtype is not None,
+                ),
+            ):
+                logits = self.model(inps, logits_to_keep=keep).logits
+        else:
+            logits = super()._model_call(inps, *args, **kwargs)
         return logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
 
     # ------------------------------------------------------------------ generation
