@@ -25,6 +25,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   --target /tmp/site .gpu/whl/*.whl >/dev/null 2>&1 || echo "pip install of .gpu/whl failed"
 export PYTHONPATH=$PWD/src:/tmp/site TYING_DATA_DIR=$PWD/.gpu/data PYTHONUNBUFFERED=1
 export TYING_CACHE_DIR=/tmp/tying-cache
+# The machine reaches nothing outside: a Hub look-up must fail at once, not wait for timeouts.
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import sys, torch, transformers, triton; print(sys.version.split()[0], torch.__version__, transformers.__version__, triton.__version__)"
 case "${1:-bench}" in

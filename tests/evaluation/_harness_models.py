@@ -54,6 +54,24 @@ def save_tiny_model(folder: Path, tokenizer, seed: int = 0, hidden: int = 32) ->
     return folder
 
 
+def random_lora(model_dir: Path, folder: Path):
+    """A LoRA (rank 4, q/v projections, random B so that it changes the outputs) on the model
+    of `model_dir`, saved to `folder`: (the loaded base `EvalModel`, the peft model)."""
+    import peft
+
+    from tying.evaluation.loading import load_for_evaluation
+
+    base = load_for_evaluation(model_dir)
+    lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+    tuned = peft.get_peft_model(base.model, lora)
+    with torch.no_grad():
+        for name, p in tuned.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    tuned.save_pretrained(folder)
+    return base, tuned
+
+
 @pytest.fixture(scope="session")
 def eval_model_dir(tmp_path_factory) -> Path:
     """Folder of the tiny evaluation model (transformers format, with its tokenizer)."""

@@ -14,6 +14,8 @@ from tying.evaluation.continuation_logits import ContinuationWindows
 from tying.evaluation.harness import TyingLM
 from tying.evaluation.loading import causal_lm_of, load_for_evaluation
 
+from ._harness_models import random_lora
+
 
 def request(context: list[int], continuation: list[int]) -> tuple:
     return (("", ""), context, continuation)
@@ -117,16 +119,7 @@ def test_tying_decoder_matches_lm_eval(tiny_teacher: Path, tie: str) -> None:
 @pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 def test_adapted_model_matches_lm_eval(tiny_teacher: Path, tmp_path: Path) -> None:
     """Through peft's wrappers (logits_to_keep reaches the transformers model)."""
-    import peft
-
-    base = load_for_evaluation(tiny_teacher)
-    lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
-    tuned = peft.get_peft_model(base.model, lora)
-    with torch.no_grad():
-        for name, p in tuned.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.5)
-    tuned.save_pretrained(tmp_path / "adapter")
+    random_lora(tiny_teacher, tmp_path / "adapter")
     ours = TyingLM(spec=str(tiny_teacher), adapter=str(tmp_path / "adapter"), batch_size=3)
     check_same_as_lm_eval(ours, batch_size=3)
 

@@ -16,6 +16,8 @@ from tying.evaluation.generate import greedy_generate
 from tying.evaluation.harness import TyingLM
 from tying.evaluation.loading import causal_lm_of, check_adapter_base, load_for_evaluation
 
+from ._harness_models import random_lora
+
 PROMPTS = ["Question: how many apples?\nAnswer:", "It was the best of times,", "Once"]
 
 
@@ -104,18 +106,9 @@ def test_decoder_is_wrapped_without_copy() -> None:
 
 @pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 def test_adapter_is_applied_and_checked(tiny_teacher: Path, tmp_path: Path) -> None:
-    import peft
-
     from ..conftest import random_llama
 
-    base = load_for_evaluation(tiny_teacher)
-    lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
-    tuned = peft.get_peft_model(base.model, lora)
-    with torch.no_grad():
-        for name, p in tuned.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.5)
-    tuned.save_pretrained(tmp_path / "adapter")
+    base, tuned = random_lora(tiny_teacher, tmp_path / "adapter")
     ids = torch.randint(0, 512, (1, 6))
     with torch.no_grad():
         expected = tuned(ids).logits
