@@ -15,10 +15,16 @@ sets give:
 - over the seeds whose four bases are all done: the experiment's own comparison
   (`tying.experiment.update_units.compare_units`: primary y at matched loss, the secondary
   family under Holm), once with the subsets' values and once with the full sets', the same
-  seeds, bases, adapters and side-effect KLs (only the test-set likelihoods differ).
+  seeds, bases, adapters and side-effect KLs (only the test-set likelihoods differ);
+- MBPP (`evaluate --tasks mbpp`, all 500 items, into OUT/BASE/base-mbpp and
+  updated-gsm8k-mbpp): its cross-task change joins each full-set record, and is compared the
+  same way outside the pre-declared family ("full_extra_tasks": its own exact sign-flip p, and
+  its Holm p in the family widened by it).
 
     OMP_NUM_THREADS=1 python benchmarks/update_units_full_sets.py evaluate --seeds 0 2 4 6 &
     OMP_NUM_THREADS=1 python benchmarks/update_units_full_sets.py evaluate --seeds 1 3 5 7 &
+    OMP_NUM_THREADS=1 python benchmarks/update_units_full_sets.py evaluate --tasks mbpp --seeds 0 2 4 6 &
+    OMP_NUM_THREADS=1 python benchmarks/update_units_full_sets.py evaluate --tasks mbpp --seeds 1 3 5 7 &
     python benchmarks/update_units_full_sets.py compare --json docs/results/update_units_full_sets.json
 """
 

@@ -284,3 +284,17 @@ def test_section_14b_full_test_sets_are_the_json():
         printed_metrics += 1
     assert printed_metrics == 1 + len(full["secondary"])
     assert full["primary"]["verdict"] in " ".join(text.split())
+    extra = data["full_extra_tasks"]
+    assert set(extra) == {"cross:mbpp"}
+    (row,) = _rows(text, "MBPP log-lik. change (outside the family) |")
+    m = extra["cross:mbpp"]
+    assert int(row[1]) == m["n"] == len(data["seeds_done"]) and row[2] == row[3] == "—"
+    for printed, value, what in (
+        (row[4], m["mean"], "mean"),
+        (row[5].split(" to ")[0], m["ci95"][0], "ci low"),
+        (row[5].split(" to ")[1], m["ci95"][1], "ci high"),
+        (row[6], m["sign_flip"]["p"], "p"),
+        (row[7], m["p_holm"], "Holm p in a family of seven"),
+    ):
+        _check(printed, value, f"§14b MBPP {what}")
+    assert m["p_holm_in_family_of"] == len(full["secondary"]) + 1
