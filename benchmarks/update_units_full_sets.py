@@ -179,23 +179,24 @@ def compare(cfg: Any, out: Path) -> dict[str, Any]:
     )
     secondary = list(comparison["secondary"])
 
-    def on_seeds_done(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    def on_seeds_done(
+        records: list[dict[str, Any]], family: list[str] = secondary
+    ) -> dict[str, Any] | None:
         chosen = [r for r in records if r["base_seed"] in seeds_done]
-        if len(seeds_done) < 2:
+        if len(seeds_done) < 2 or not all(n in r["metrics"] for r in chosen for n in family):
             return None
-        return compare_units(chosen, control, treatment, primary, secondary)
+        return compare_units(chosen, control, treatment, primary, family)
 
     subset_cmp = on_seeds_done(list(subset_records.values()))
     full_cmp = on_seeds_done(full_records)
     extra_cmp = {}
     for extra_task in EXTRA_TASKS:
         name = f"cross:{task_label(extra_task)}"
-        chosen = [r for r in full_records if r["base_seed"] in seeds_done]
-        if len(seeds_done) < 2 or not all(name in r["metrics"] for r in chosen):
-            continue
         # Outside the pre-declared family: its own exact sign-flip p, and its Holm p had it
         # been a seventh member of the family.
-        widened = compare_units(chosen, control, treatment, primary, [*secondary, name])
+        widened = on_seeds_done(full_records, [*secondary, name])
+        if widened is None:
+            continue
         extra_cmp[name] = {
             **widened["secondary"][name],
             "p_holm_in_family_of": len(secondary) + 1,

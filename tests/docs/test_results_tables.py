@@ -263,6 +263,19 @@ def test_section_14b_full_test_sets_are_the_json():
     data = _json("update_units_full_sets.json")
     assert f"{data['bases_done']} bases" in text
     subset, full = data["subset"], data["full"]
+
+    def check_full_columns(row: list[str], f: dict, title: str, holm: bool) -> None:
+        """Columns 4-7: the full sets' mean, 95 % t interval, sign-flip p and Holm p."""
+        for printed, value, what in (
+            (row[4], f["mean"], "full mean"),
+            (row[5].split(" to ")[0], f["ci95"][0], "full ci low"),
+            (row[5].split(" to ")[1], f["ci95"][1], "full ci high"),
+            (row[6], f["sign_flip"]["p"], "full p"),
+        ):
+            _check(printed, value, f"§14b {title} {what}")
+        if holm:
+            _check(row[7], f["p_holm"], f"§14b {title} Holm p")
+
     printed_metrics = 0
     for title, key in UNIT_METRICS.items():
         (row,) = _rows(text, title + " |")
@@ -273,14 +286,9 @@ def test_section_14b_full_test_sets_are_the_json():
             (row[2], s["mean"], "subset mean"),
             (row[3].split(" to ")[0], s["ci95"][0], "subset ci low"),
             (row[3].split(" to ")[1], s["ci95"][1], "subset ci high"),
-            (row[4], f["mean"], "full mean"),
-            (row[5].split(" to ")[0], f["ci95"][0], "full ci low"),
-            (row[5].split(" to ")[1], f["ci95"][1], "full ci high"),
-            (row[6], f["sign_flip"]["p"], "full p"),
         ):
             _check(printed, value, f"§14b {title} {what}")
-        if key != full["primary_metric"]:
-            _check(row[7], f["p_holm"], f"§14b {title} Holm p")
+        check_full_columns(row, f, title, holm=key != full["primary_metric"])
         printed_metrics += 1
     assert printed_metrics == 1 + len(full["secondary"])
     assert full["primary"]["verdict"] in " ".join(text.split())
@@ -289,12 +297,5 @@ def test_section_14b_full_test_sets_are_the_json():
     (row,) = _rows(text, "MBPP log-lik. change (outside the family) |")
     m = extra["cross:mbpp"]
     assert int(row[1]) == m["n"] == len(data["seeds_done"]) and row[2] == row[3] == "—"
-    for printed, value, what in (
-        (row[4], m["mean"], "mean"),
-        (row[5].split(" to ")[0], m["ci95"][0], "ci low"),
-        (row[5].split(" to ")[1], m["ci95"][1], "ci high"),
-        (row[6], m["sign_flip"]["p"], "p"),
-        (row[7], m["p_holm"], "Holm p in a family of seven"),
-    ):
-        _check(printed, value, f"§14b MBPP {what}")
+    check_full_columns(row, m, "MBPP (Holm p in a family of seven)", holm=True)
     assert m["p_holm_in_family_of"] == len(full["secondary"]) + 1
