@@ -59,8 +59,8 @@ test-compat: $(foreach v,$(COMPAT_TORCH),$(COMPAT_DIR)/torch-$(v)/.installed)
 	done
 
 lint: venv
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks studies
+	$(VENV)/bin/ruff format --check src tests benchmarks studies
 
 bench: venv
 	$(PY) benchmarks/interface.py

@@ -45,7 +45,7 @@ from tying.analysis import (
     omnibus_distance,
     omnibus_embedding,
 )
-from tying.analysis.neighbors import _onednn_available
+from tying.analysis.neighbors import onednn_available
 
 TARGETS_S = {"consistency": 5.0, "knn_overlap": 15.0, "spectral_distance": 60.0}
 
@@ -152,7 +152,7 @@ def main() -> int:
             "torch": torch.__version__,
             "numpy": np.__version__,
             "cpu_count": os.cpu_count(),
-            "onednn_float32_matmul": _onednn_available(),
+            "onednn_float32_matmul": onednn_available(),
             "load_average_start": [round(x, 2) for x in load_start],
             "load_average_end": [round(x, 2) for x in os.getloadavg()],
         },

@@ -3,7 +3,7 @@
 Default: SmolLM2-135M (offline GGUF), measured on the first 2,048 tokens of the
 Gutenberg validation text; calibration windows (scale search, fit) drawn from the
 first 8 books of the Gutenberg training split (never the measured text). `--model`
-also takes any transformers folder (e.g. the GPT-2 of `benchmarks/second_teachers.py`)
+also takes any transformers folder (e.g. the GPT-2 of `studies/second_teachers.py`)
 or a scratch-mode training run of our decoder (converted by
 `tying.conversion.convert`).
 
@@ -24,7 +24,7 @@ import torch
 from tying.conversion import VARIANTS, FitOptions, conversion_table
 from tying.hf import load
 from tying.loader import is_run_spec, load_any
-from tying.teacher.step0 import _text_tokenizer, windows_from_source
+from tying.teacher.step0 import text_tokenizer, windows_from_source
 
 
 def main() -> None:
@@ -59,7 +59,7 @@ def main() -> None:
         V = int(teacher.interface.vocab_size)
     else:
         teacher, tokenizer = load(args.model, dtype=getattr(torch, args.dtype))
-        tok = _text_tokenizer(args.model, tokenizer)
+        tok = text_tokenizer(args.model, tokenizer)
         V = int(teacher.get_input_embeddings().weight.shape[0])
     fit = FitOptions(
         tokens=args.fit_tokens, params=args.fit_params, check_tokens=args.fit_check_tokens

@@ -10,7 +10,7 @@ perplexity). Each run is compared with every finished untied run: the one of its
 trained, as the paper's OLMo-1B-0724 is). Per seed, each scale's value minus the ×1 run's of the same seed (the same
 initial E, the same data order) is the paired effect; the seed is the unit.
 
-    python benchmarks/input_grad_scale.py [EXPERIMENT_DIR] [--out docs/results/input_grad_scale.json]
+    python -m studies.input_grad_scale [EXPERIMENT_DIR] [--out docs/results/input_grad_scale.json]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from tying.analysis.alignment import _centred, procrustes_map
+from tying.analysis.alignment import centred, procrustes_map
 from tying.analysis.rowwise import row_cosine
 from tying.loader import load_any
 from tying.probe.checkpoints import checkpoint_matrices
@@ -33,7 +33,7 @@ SCALES = {"tt": 1, "tt-x2": 2, "tt-x5": 5, "tt-x10": 10}
 
 def orthogonal(src: torch.Tensor, tgt: torch.Tensor) -> float:
     """`tying.analysis.alignment`'s orthogonal score alone (centred, Procrustes, mean cosine)."""
-    S, T = _centred(src), _centred(tgt)
+    S, T = centred(src), centred(tgt)
     return float(row_cosine(S @ procrustes_map(S, T), T).mean())
 
 

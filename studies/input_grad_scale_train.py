@@ -3,9 +3,9 @@ first, with both untied references, then the PIT run of §12's trace, ×10 and �
 
 `tying experiment` would train the same cells seed-major; this driver only changes the order (so
 that a run cut short by time leaves the most useful cells finished). Rerunning it skips the
-finished cells and resumes a killed one. Analysis: benchmarks/input_grad_scale.py.
+finished cells and resumes a killed one. Analysis: studies/input_grad_scale.py.
 
-    PYTHONPATH=src nice -n 19 python benchmarks/input_grad_scale_train.py
+    PYTHONPATH=src nice -n 19 python -m studies.input_grad_scale_train
 """
 
 from tying.experiment import run_grid
@@ -22,7 +22,9 @@ STAGES = [
     (["pit"], [1]),
 ]
 
-if __name__ == "__main__":
+
+def main() -> None:
+    """Train the grid's cells stage by stage (STAGES), skipping the finished ones."""
     for names, seeds in STAGES:
         cfg = load_experiment(CONFIG)
         cfg.variants = {k: cfg.variants[k] for k in names}
@@ -30,3 +32,7 @@ if __name__ == "__main__":
         print("stage", names, seeds, flush=True)
         run_grid(cfg, progress=False)
     print("all trained", flush=True)
+
+
+if __name__ == "__main__":
+    main()

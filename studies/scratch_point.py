@@ -9,7 +9,7 @@ compared at their last common validation step (equal tokens) and, for the traini
 paper reports, as the mean over the 10 steps that end there. One seed: a difference, not an
 interval (no seed is a replicate of another here).
 
-    python benchmarks/scratch_point.py [RUNS] [--out docs/results/scratch_small_gpu.json]
+    python -m studies.scratch_point [RUNS] [--out docs/results/scratch_small_gpu.json]
         [--figure docs/results/scratch_small_gpu.png]
 """
 

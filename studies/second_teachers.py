@@ -13,7 +13,7 @@ teachers are barely past unigram statistics); then measure each with
 `benchmarks/teacher_init.py --model OUT/decoder` and `--model OUT/gpt2/plain`.
 
 Usage:
-    OMP_NUM_THREADS=1 python benchmarks/second_teachers.py [--out runs/second] [--steps 30]
+    OMP_NUM_THREADS=1 python -m studies.second_teachers [--out runs/second] [--steps 30]
         [--batch-tokens 1024] [--only decoder|gpt2]
 """
 

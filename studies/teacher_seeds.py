@@ -12,9 +12,9 @@ the paper's own range of teacher-mode differences (PIT − TT of Table 1's three
 "reproduced" if the interval lies inside that range, "contradicted" if it lies entirely outside it,
 otherwise "undecided" with the largest |effect| the interval leaves.
 
-    python benchmarks/teacher_seeds.py [--decoder FOLDER ...] [--gpt2 FOLDER ...] \
+    python -m studies.teacher_seeds [--decoder FOLDER ...] [--gpt2 FOLDER ...] \
         [--smollm2 FOLDER ...] [--out docs/results/teacher_seeds.json]    # defaults: TEACHERS
-    python benchmarks/teacher_seeds.py --markdown    # the tables of docs/results.md §13
+    python -m studies.teacher_seeds --markdown    # the tables of docs/results.md §13
 
 Only seeds whose TT and PIT runs both finished (DONE.json) are paired; the others are listed as
 missing.

@@ -14,7 +14,7 @@ of the exact sign-flip test (`tying.evaluation.stats.sign_flip_power`, two-sided
 primary metric is one test, so no multiplicity correction) at 6–16 units, and the fewest units
 for 80 % power (`units_for_power`).
 
-    python benchmarks/update_power.py [--report docs/results/updates_report.json]
+    python -m studies.update_power [--report docs/results/updates_report.json]
         [--out docs/results/update_power.json]
 """
 

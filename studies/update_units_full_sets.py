@@ -1,4 +1,4 @@
-"""Benchmark: the update experiment's likelihoods on the FULL test sets, against its seeded
+"""The update experiment's likelihoods on the FULL test sets, against its seeded
 subsets (docs/results.md §14, issue 26 item 1).
 
 `configs/experiments/update_units.yaml` measures every base and base + LoRA on 120 seeded items
@@ -21,11 +21,11 @@ sets give:
   same way outside the pre-declared family ("full_extra_tasks": its own exact sign-flip p, and
   its Holm p in the family widened by it).
 
-    OMP_NUM_THREADS=1 python benchmarks/update_units_full_sets.py evaluate --seeds 0 2 4 6 &
-    OMP_NUM_THREADS=1 python benchmarks/update_units_full_sets.py evaluate --seeds 1 3 5 7 &
-    OMP_NUM_THREADS=1 python benchmarks/update_units_full_sets.py evaluate --tasks mbpp --seeds 0 2 4 6 &
-    OMP_NUM_THREADS=1 python benchmarks/update_units_full_sets.py evaluate --tasks mbpp --seeds 1 3 5 7 &
-    python benchmarks/update_units_full_sets.py compare --json docs/results/update_units_full_sets.json
+    OMP_NUM_THREADS=1 python -m studies.update_units_full_sets evaluate --seeds 0 2 4 6 &
+    OMP_NUM_THREADS=1 python -m studies.update_units_full_sets evaluate --seeds 1 3 5 7 &
+    OMP_NUM_THREADS=1 python -m studies.update_units_full_sets evaluate --tasks mbpp --seeds 0 2 4 6 &
+    OMP_NUM_THREADS=1 python -m studies.update_units_full_sets evaluate --tasks mbpp --seeds 1 3 5 7 &
+    python -m studies.update_units_full_sets compare --json docs/results/update_units_full_sets.json
 """
 
 from __future__ import annotations

@@ -14,7 +14,11 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "tying"
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "tying"
+#: The studies of docs/results (a package of the repository, not of `tying`): checked as one
+#: more package above the library, so that they use `tying` like any other package above it.
+STUDIES = ROOT / "studies"
 
 #: package -> layer (docs/architecture.md). Lower layers never import higher ones.
 LAYERS: dict[str, int] = {
@@ -44,22 +48,37 @@ LAYERS: dict[str, int] = {
     "experiment": 9,
     "commands": 10,
     "cli": 10,
+    "studies": 10,
     "__main__": 11,
 }
 
 
 def _package(module: str) -> str:
-    """ "train" for tying.train.loop, "tying" for tying itself."""
+    """ "train" for tying.train.loop, "tying" for tying itself, "studies" for any study."""
     parts = module.split(".")
+    if parts[0] == "studies":
+        return "studies"
     return parts[1] if len(parts) > 1 else "tying"
 
 
+def _ours(name: str) -> bool:
+    return name.startswith("tying.") or name.split(".")[0] == "studies"
+
+
+def _modules() -> list[tuple[str, Path]]:
+    """(module name, file) of every module of src/tying and studies/."""
+    return [
+        (".".join(path.relative_to(base).with_suffix("").parts).removesuffix(".__init__"), path)
+        for base, folder in ((SRC.parent, SRC), (ROOT, STUDIES))
+        for path in sorted(folder.rglob("*.py"))
+    ]
+
+
 def _imports() -> list[tuple[str, str, int]]:
-    """(importing module, imported tying module, line) for every import in src/tying."""
+    """(importing module, imported tying or studies module, line) for every import in
+    src/tying and studies/."""
     found = []
-    for path in sorted(SRC.rglob("*.py")):
-        module = ".".join(path.relative_to(SRC.parent).with_suffix("").parts)
-        module = module.removesuffix(".__init__")
+    for module, path in _modules():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
@@ -67,8 +86,37 @@ def _imports() -> list[tuple[str, str, int]]:
                 names = [node.module]
             else:
                 continue
-            found += [(module, n, node.lineno) for n in names if n.startswith("tying.")]
+            found += [(module, n, node.lineno) for n in names if _ours(n)]
     return found
+
+
+def test_the_studies_are_seen() -> None:
+    """The layering reads the studies too (a study that moved away would escape it)."""
+    studies = {m for m, _ in _modules() if _package(m) == "studies"}
+    assert {"studies.claims", "studies.teacher_seeds", "studies.update_power"} <= studies
+    assert any(_package(m) == "studies" and t.startswith("tying.") for m, t, _ in _imports())
+
+
+def test_studies_and_benchmarks_import_public_names_only() -> None:
+    """What lives outside the package uses its public names: a private `_name` of `tying`
+    imported by a study or a benchmark is a name the library may change without notice."""
+    private = []
+    for path in sorted([*STUDIES.rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tying"):
+                private += [
+                    f"{path.relative_to(ROOT)}:{node.lineno} {node.module}.{a.name}"
+                    for a in node.names
+                    if a.name.startswith("_")
+                ]
+            elif isinstance(node, ast.Import):
+                private += [
+                    f"{path.relative_to(ROOT)}:{node.lineno} {a.name}"
+                    for a in node.names
+                    if a.name.startswith("tying")
+                    and any(p.startswith("_") for p in a.name.split("."))
+                ]
+    assert private == []
 
 
 def test_every_package_has_a_layer() -> None:

@@ -16,9 +16,8 @@ import tying.cli as cli
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tying"
 
-#: Modules that may call print: the CLI and its verbs (a verb prints its results), a
-#: maintenance script with its own command line.
-PRINTS_ALLOWED = {"cli.py", "report/claims.py"}
+#: Modules that may call print: the CLI and its verbs (a verb prints its results).
+PRINTS_ALLOWED = {"cli.py"}
 
 
 def _verb_logging(monkeypatch: pytest.MonkeyPatch) -> None:

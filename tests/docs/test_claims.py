@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from studies import claims as C
 from tying.paths import data_dir
-from tying.report import claims as C
 
 ROOT = Path(__file__).resolve().parents[2]
 #: ../shared/papers, or `papers` beside $TYING_DATA_DIR (as the GPU session carries them).
@@ -67,7 +67,7 @@ def test_every_verdict_is_one_of_the_four():
 def test_results_md_holds_the_generated_table():
     text = (ROOT / "docs" / "results.md").read_text()
     table = C.render(CLAIMS)
-    assert table in text, "docs/results.md is out of date: python -m tying.report.claims --write"
+    assert table in text, "docs/results.md is out of date: python -m studies.claims --write"
     assert text.index(C.BEGIN) < text.index("\n## 1.")  # the first thing a reviewer reads
 
 

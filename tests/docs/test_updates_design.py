@@ -1,4 +1,4 @@
-"""docs/updates-design.md quotes docs/results/update_power.json (benchmarks/update_power.py): every
+"""docs/updates-design.md quotes docs/results/update_power.json (studies/update_power.py): every
 power, sd and unit count of its table, and the first-look ratios, are the JSON's."""
 
 from __future__ import annotations

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,11 +17,3 @@ def minimal_overrides(corpus: dict[str, Path], out_dir: Path) -> list[str]:
         "train.progress=false",
         "train.max_documents=null",
     ]
-
-
-def benchmark_script(name: str) -> ModuleType:
-    """benchmarks/NAME.py imported as a module (the benchmarks folder is not a package)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

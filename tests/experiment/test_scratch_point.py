@@ -1,4 +1,4 @@
-"""benchmarks/scratch_point.py: runs cut at different steps are compared at their last common
+"""studies/scratch_point.py: runs cut at different steps are compared at their last common
 validation (equal tokens), with hand-computed differences, on synthetic metrics."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import benchmark_script
+from studies import scratch_point as script
 
 TOKENS_PER_STEP = 64
 
@@ -36,7 +36,6 @@ def _run(folder: Path, steps: int, offset: float) -> None:
 
 
 def test_runs_are_compared_at_their_last_common_validation(tmp_path: Path) -> None:
-    script = benchmark_script("scratch_point")
     _run(tmp_path / "scratch-tt-s0", steps=20, offset=0.0)
     _run(tmp_path / "scratch-pit-s0", steps=12, offset=0.5)  # cut first: validations 5, 10
     _run(tmp_path / "scratch-pit-paper-s0", steps=20, offset=2.0)
@@ -57,7 +56,6 @@ def test_runs_are_compared_at_their_last_common_validation(tmp_path: Path) -> No
 
 
 def test_runs_without_a_common_validation_are_refused(tmp_path: Path) -> None:
-    script = benchmark_script("scratch_point")
     _run(tmp_path / "scratch-tt-s0", steps=20, offset=0.0)
     _run(tmp_path / "scratch-pit-s0", steps=4, offset=0.5)  # no validation yet
     _run(tmp_path / "scratch-pit-paper-s0", steps=20, offset=2.0)

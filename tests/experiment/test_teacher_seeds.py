@@ -1,4 +1,4 @@
-"""benchmarks/teacher_seeds.py: the paired TT-vs-PIT statistics over seeds, against hand-computed
+"""studies/teacher_seeds.py: the paired TT-vs-PIT statistics over seeds, against hand-computed
 values, on a synthetic layout of two experiment folders."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import benchmark_script
+from studies import teacher_seeds as s
 
 T_975_DF2 = 4.302652729911275  # Student t, 97.5% quantile, 2 degrees of freedom
 
@@ -34,11 +34,10 @@ def _run(folder: Path, val_loss: float, kl: float | None = None, steps: int = 4)
 
 def test_paper_range_is_table1() -> None:
     # PIT − TT of Table 1's teacher rows: 2.304 − 2.311, 3.714 − 3.523, 2.821 − 3.025.
-    assert benchmark_script("teacher_seeds").paper_range() == (-0.204, 0.191)
+    assert s.paper_range() == (-0.204, 0.191)
 
 
 def test_three_differences_of_one_sign() -> None:
-    s = benchmark_script("teacher_seeds")
     out = s.paired_summary([0.1, 0.2, 0.3], (-0.204, 0.191))
     assert out["mean"] == pytest.approx(0.2)
     assert out["sd"] == pytest.approx(0.1)
@@ -54,7 +53,6 @@ def test_three_differences_of_one_sign() -> None:
 
 
 def test_verdicts() -> None:
-    s = benchmark_script("teacher_seeds")
     # [0.05, −0.02, 0.01]: mean 0.01333, sd 0.035119, half-width 0.08724: inside the range.
     inside = s.paired_summary([0.05, -0.02, 0.01], (-0.204, 0.191))
     assert inside["ci95"] == pytest.approx([-0.07391, 0.10057], abs=1e-5)
@@ -69,7 +67,6 @@ def test_verdicts() -> None:
 
 
 def test_analyse_pairs_seeds_and_adjusts(tmp_path) -> None:
-    s = benchmark_script("teacher_seeds")
     folders = {}
     for name, diffs in (("a", [0.1, 0.2, 0.3]), ("b", [0.05, -0.02, 0.01])):
         runs = tmp_path / name / "runs"
@@ -101,7 +98,6 @@ def test_analyse_pairs_seeds_and_adjusts(tmp_path) -> None:
 
 
 def test_the_trainable_z_cells_are_paired_with_tt_and_frozen_pit(tmp_path) -> None:
-    s = benchmark_script("teacher_seeds")
     runs = tmp_path / "t" / "runs"
     for seed, (pit, pit_z) in enumerate([(7.3, 7.1), (7.4, 7.15), (7.5, 7.2)]):
         _run(runs / f"teacher-tt-s{seed}", 7.0, kl=0.0)
@@ -126,7 +122,6 @@ def test_the_trainable_z_cells_are_paired_with_tt_and_frozen_pit(tmp_path) -> No
 def test_a_teacher_read_from_two_folders(tmp_path) -> None:
     """Seeds from the first folder that has them; pit-z from the second; a seed finished in both
     must agree, else the folders are not one experiment."""
-    s = benchmark_script("teacher_seeds")
     first, second = tmp_path / "first", tmp_path / "second"
     for seed in range(4):  # the 4-seed grid of TT and PIT
         _run(first / "runs" / f"teacher-tt-s{seed}", 7.0, kl=0.0)

@@ -1,4 +1,4 @@
-"""benchmarks/update_units_full_sets.py: the item-sampling standard error of a subset's change of
+"""studies/update_units_full_sets.py: the item-sampling standard error of a subset's change of
 reference log-likelihood per token, against a hand computation."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from .conftest import benchmark_script
+from studies import update_units_full_sets
 
 
 def _pair(before: list[float], after: list[float], tokens: list[int]) -> dict:
@@ -22,13 +22,16 @@ def test_gain_standard_error_by_hand() -> None:
     # changes 2, 3, 3 nats over 2, 4, 6 tokens: ratio r = 8/12; residuals 2 - 4/3, 3 - 8/3,
     # 3 - 4 (squares 4/9, 1/9, 1: 14/9); n/(n-1) = 3/2; over 12^2; times 1 - 3/6 for N = 6.
     pair = _pair([-10.0, -20.0, -30.0], [-8.0, -17.0, -27.0], [2, 4, 6])
-    se = benchmark_script("update_units_full_sets").gain_standard_error(pair, "gsm8k", 6)
+    se = update_units_full_sets.gain_standard_error(pair, "gsm8k", 6)
     assert se == pytest.approx(math.sqrt(1.5 * (14 / 9) / 144 * 0.5), rel=1e-12)
 
 
 def test_gain_standard_error_is_zero_for_the_whole_set_or_a_constant_change() -> None:
-    s = benchmark_script("update_units_full_sets")
     pair = _pair([-10.0, -20.0, -30.0], [-8.0, -17.0, -27.0], [2, 4, 6])
-    assert s.gain_standard_error(pair, "gsm8k", 3) == 0.0  # every item: no sampling error
+    assert (
+        update_units_full_sets.gain_standard_error(pair, "gsm8k", 3) == 0.0
+    )  # every item: no sampling error
     same_rate = _pair([-10.0, -20.0], [-9.0, -18.0], [2, 4])  # 0.5 nat/token on both items
-    assert s.gain_standard_error(same_rate, "gsm8k", 100) == pytest.approx(0.0, abs=1e-15)
+    assert update_units_full_sets.gain_standard_error(same_rate, "gsm8k", 100) == pytest.approx(
+        0.0, abs=1e-15
+    )

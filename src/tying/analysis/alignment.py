@@ -47,7 +47,8 @@ ALIGNMENT_KEYS = ("identity", "orthogonal", "linear")
 IDENTITY_MODES = ("raw", "centred")
 
 
-def _centred(X: Tensor) -> Tensor:
+def centred(X: Tensor) -> Tensor:
+    """X (n, d) in float64 with its column means removed (each column sums to 0), (n, d)."""
     X64 = X.detach().to(torch.float64)
     return X64 - X64.mean(dim=0, keepdim=True)
 
@@ -96,8 +97,8 @@ def alignment(src: Tensor, tgt: Tensor, *, identity: str = "raw") -> dict[str, f
     check_same_rows(src, tgt, "the source matrix", "the target matrix")
     if src.shape[0] < 2:
         raise ValueError(f"alignment needs at least 2 tokens (rows), got {src.shape[0]}")
-    S = _centred(src)
-    T = _centred(tgt)
+    S = centred(src)
+    T = centred(tgt)
     same_width = S.shape[1] == T.shape[1]
     if not same_width:
         ident = None

@@ -71,7 +71,7 @@ def normalize_rows(X: Tensor) -> Tensor:
 _ONEDNN_OK: bool | None = None
 
 
-def _onednn_available() -> bool:
+def onednn_available() -> bool:
     """Whether oneDNN's float32 matmul is usable here and agrees with torch.mm (checked once)."""
     global _ONEDNN_OK
     if _ONEDNN_OK is None:
@@ -111,7 +111,7 @@ def tile_matmul(a: Tensor, b: Tensor) -> Tensor:
         a.device.type == "cpu"
         and a.dtype == torch.float32
         and _ieee_fp32_mode()
-        and _onednn_available()
+        and onednn_available()
     ):
         return torch.ops.mkldnn._linear_pointwise(
             a.contiguous(), b.contiguous(), None, "none", [], ""

@@ -78,7 +78,7 @@ def windows_from_source(
     return [sampler.next_batch() for _ in range(count)]
 
 
-def _text_tokenizer(spec: str, tokenizer: Any) -> Any:
+def text_tokenizer(spec: str, tokenizer: Any) -> Any:
     """The `TextTokenizer` `tying train` would use for `spec` (else the loaded one, wrapped)."""
     try:
         return load_tokenizer(spec)
@@ -119,7 +119,7 @@ def convert_spec(
     """
     model, tokenizer = load(spec, dtype=dtype, cache=cache)
     V = int(model.get_input_embeddings().weight.shape[0])
-    tok = _text_tokenizer(spec, tokenizer)
+    tok = text_tokenizer(spec, tokenizer)
 
     def calibration(tokens: int) -> list[Batch]:
         return windows_from_source(
