@@ -9,9 +9,12 @@ JSON is rewritten after each, so a run cut by its time limit keeps what it measu
 - `flash`: whether SDPA's flash kernel runs our attention shape (bf16, causal, GQA with
   `enable_gqa`), and its time against SDPA's default choice.
 - `steps`: one optimizer step of the `small` preset (d 768, 16 layers, V 50,257) as `tying
-  train` takes it: `--step-tokens` tokens (default 131,072, the issue's run) in micro-batches of
-  16 (or 32, "micro2x") × 1,024 tokens, each forward and backward under bf16 autocast, then
-  clipping and AdamW (fused on CUDA; PIT's Z retracted after the step). Variants, in order of
+  train` takes it, `tying.train.loop.train_step` itself on a run built as `tying train` builds
+  one (`benchmarks/steps.py`): `--step-tokens` tokens (default 131,072, the issue's run) in
+  micro-batches of 16 (or 32, "micro2x") × 1,024 tokens, each checked and copied from the host
+  (pinned, non-blocking), forward and backward under bf16 autocast, then clipping, the step's
+  one host sync and the run's AdamW groups (fused on CUDA; PIT's Z retracted after the step by
+  the hook `tying train` attaches). Variants, in order of
   importance (none starts after `--steps-budget-s`): the comparison the issue asks for first
   (our Decoder TT compiled; transformers' LlamaForCausalLM of the same shape, tied, compiled;
   PIT compiled, trainable Z as in scratch mode, T^{-1} applied by a product on the GPU; our TT
@@ -64,6 +67,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from steps import project_step, train_config  # noqa: E402
 from train_throughput import hf_llama, step_flops  # noqa: E402
 
 #: SmolLM2-135M's shape (the lens and generation sections use it with random weights).
@@ -166,59 +170,37 @@ def flash(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- steps
-def _batches(vocab: int, batch: int, seq: int, n: int, device: torch.device) -> list[tuple]:
+def _batches(vocab: int, batch: int, seq: int, n: int) -> list[tuple]:
+    """`n` host micro-batches (inputs, targets) of (batch, seq) ids: the step copies them."""
     g = torch.Generator().manual_seed(1234)
     out = []
     for _ in range(n):
         ids = torch.randint(0, vocab, (batch, seq + 1), generator=g)
-        out.append((ids[:, :-1].contiguous().to(device), ids[:, 1:].contiguous().to(device)))
+        out.append((ids[:, :-1].contiguous(), ids[:, 1:].contiguous()))
     return out
 
 
-def _our_model(preset: str, tie: str, vocab: int, seq: int) -> torch.nn.Module:
-    from tying.decoder import Decoder, preset_config
-
-    extra = {"pit_trainable_z": True} if tie == "pit" else {}
-    torch.manual_seed(0)
-    return Decoder(
-        preset_config(preset, vocab_size=vocab, tie=tie, max_seq_len=max(seq, 1024), **extra)
+def _run_config(preset: str, tie: str, seq: int, compiled: bool) -> Any:
+    """The `TrainConfig` of a timed variant: bf16, compiled or eager; PIT's Z trained (scratch)."""
+    return train_config(
+        [
+            f"preset={preset}",
+            f"tie={tie}",
+            f"seq_len={seq}",
+            "precision=bf16",
+            f"compile={str(compiled).lower()}",
+        ]
     )
 
 
-def _step_fn(model: torch.nn.Module, hf: bool, compiled: bool, device: torch.device):
-    """One optimizer step of `model` as `tying train` takes it: every micro-batch forward and
-    backward under bf16 autocast (loss / micro-batches), clip at 1, AdamW (fused on CUDA; PIT's
-    Z retracted after each step). Returns step([(x, y), ...]) -> mean loss (tensor)."""
-    from tying.train.optim import build_optimizers
-
-    model.to(device)
-    if hf:
-        opt = torch.optim.AdamW(
-            model.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=device.type == "cuda"
-        )
-        step_opt = opt.step
-        zero = opt.zero_grad
-    else:
-        opts = build_optimizers(model, lr=1e-4, weight_decay=0.1, betas=(0.9, 0.95))
-        if getattr(model.interface, "trainable_z", False):
-            model.interface.attach_retraction(opts.optimizer_of(model.interface.z))
-        step_opt = opts.step
-        zero = opts.zero_grad
-    forward = torch.compile(model) if compiled else model
-
-    def step(batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-        total = torch.zeros((), device=device)
-        for x, y in batches:
-            with torch.autocast(device.type, dtype=torch.bfloat16):
-                loss = forward(input_ids=x, labels=x).loss if hf else forward(x, y)
-            (loss / len(batches)).backward()
-            total += loss.detach() / len(batches)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        step_opt()
-        zero(set_to_none=True)
-        return total
-
-    return step
+def _step_fn(
+    model: torch.nn.Module, cfg: Any, hf: bool, batches: list[tuple], n_micro: int, device
+) -> Callable[[], Any]:
+    """One optimizer step of `model` as `tying train` takes it: `tying.train.loop.train_step`
+    on `n_micro` of `batches` (in turn), the run's optimizers and hooks (`benchmarks/steps.py`);
+    a transformers model computes its own loss. Returns step() -> its `StepOutcome`."""
+    forward = (lambda x, _y: model(input_ids=x, labels=x).loss) if hf else None
+    return project_step(model, cfg, batches, accum=n_micro, device=device, forward=forward)
 
 
 #: Kernel families of a CUDA profile, by a pattern of the kernel's name (first match wins).
@@ -232,9 +214,7 @@ KERNEL_FAMILIES = (
 )
 
 
-def _kernel_profile(
-    step: Callable[[list], torch.Tensor], batches: list, device: torch.device
-) -> dict[str, Any]:
+def _kernel_profile(step: Callable[[], Any], device: torch.device) -> dict[str, Any]:
     """Where one optimizer step's GPU time goes: kernel time per family (`KERNEL_FAMILIES`),
     the 15 longest kernels, and the kernels' total against the step's wall time (CUDA only)."""
     from torch.autograd import DeviceType
@@ -245,7 +225,7 @@ def _kernel_profile(
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         _sync(device)
         t0 = time.perf_counter()
-        step(batches)
+        step()
         _sync(device)
         wall = time.perf_counter() - t0
     per_kernel: dict[str, list[float]] = {}  # name -> [seconds, calls]
@@ -278,15 +258,17 @@ def steps(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     vocab = 50257
     warmup, reps = (2, 3) if args.quick else (2, args.reps)
     from tying.decoder import preset_config
+    from tying.train.build import build_model
 
     section_t0 = time.perf_counter()
     saved: dict[str, Any] = {}
+    # the model shape of the TT run (the one `build_model` gives it), for the FLOPs and Llama
     cfg = preset_config(preset, vocab_size=vocab, tie="tt", max_seq_len=max(seq, 1024))
     flops = step_flops(cfg, step_tokens, seq)
-    # name: (model, transformers?, compiled?, micro-batch factor, profile?, module attributes
-    # set for this variant only: {"module:attribute": value}); in order of importance (the
-    # section stops starting variants after --steps-budget-s).
-    Variant = tuple[torch.nn.Module, bool, bool, int, bool, dict[str, Any]]
+    # name: (model, its TrainConfig, transformers?, micro-batch factor, profile?, module
+    # attributes set for this variant only: {"module:attribute": value}); in order of
+    # importance (the section stops starting variants after --steps-budget-s).
+    Variant = tuple[torch.nn.Module, Any, bool, int, bool, dict[str, Any]]
     big_chunks = {"tying.interface.loss:_DEFAULT_LOGIT_BYTES_PER_CHUNK": 1 << 30}
     pit_solves = {"tying.interface.pit:solves_by_inverse": lambda device: False}
 
@@ -297,17 +279,22 @@ def steps(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
         profiled: bool = False,
         patches: dict[str, Any] | None = None,
     ) -> Callable[[], Variant]:
-        return lambda: (
-            _our_model(preset, tie, vocab, seq),
-            False,
-            compiled,
-            factor,
-            profiled,
-            patches or {},
-        )
+        def make() -> Variant:
+            run = _run_config(preset, tie, seq, compiled)
+            return build_model(run, vocab), run, False, factor, profiled, patches or {}
+
+        return make
 
     def llama(compiled: bool = True, factor: int = 1, profiled: bool = False):
-        return lambda: (hf_llama(cfg), True, compiled, factor, profiled, {})
+        # the TT run's settings: its optimizer groups, clipping, precision, compilation
+        return lambda: (
+            hf_llama(cfg),
+            _run_config(preset, "tt", seq, compiled),
+            True,
+            factor,
+            profiled,
+            {},
+        )
 
     # The parallel block's five input projections as one product under compile too (the
     # default before 2026-11-26, when `ParallelBlock._fuses_projections` began to refuse it
@@ -345,28 +332,26 @@ def steps(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
             continue
         try:
             torch.manual_seed(0)
-            model, hf, compiled, factor, profiled, patches = make()
+            model, run_cfg, hf, factor, profiled, patches = make()
             for key, value in patches.items():
                 saved[key] = _set_attribute(key, value)
             micro = base_micro * factor
             n_micro = step_tokens // (micro * seq)
-            data = _batches(vocab, micro, seq, 2 * n_micro, device)
-            step_batches = [data[:n_micro], data[n_micro:]]
-            step = _step_fn(model, hf, compiled, device)
+            # two steps' micro-batches, taken in turn
+            data = _batches(vocab, micro, seq, 2 * n_micro)
+            step = _step_fn(model, run_cfg, hf, data, n_micro, device)
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             losses: list[float] = []
             t0 = time.perf_counter()
-            for i in range(warmup):
-                losses.append(float(step(step_batches[i % 2])))
+            for _ in range(warmup):
+                losses.append(step().loss)
             warm_s = time.perf_counter() - t0
             times = []
-            for i in range(warmup, warmup + reps):
-                box: list[torch.Tensor] = []
-                times += _timed(
-                    lambda b=step_batches[i % 2], box=box, fn=step: box.append(fn(b)), device, 1
-                )
-                losses.append(float(box[0]))
+            for _ in range(reps):
+                box: list[Any] = []
+                times += _timed(lambda box=box, fn=step: box.append(fn()), device, 1)
+                losses.append(box[0].loss)
             med = statistics.median(times)
             entry = {
                 "micro_batch": micro,
@@ -380,7 +365,7 @@ def steps(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
             if device.type == "cuda":
                 entry["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
             if profiled:
-                entry["profile"] = _kernel_profile(step, step_batches[0], device)
+                entry["profile"] = _kernel_profile(step, device)
             out["variants"][name] = entry
             print(
                 f"  {name}: {med * 1e3:.1f} ms/step, {step_tokens / med:,.0f} tokens/s", flush=True

@@ -1,8 +1,10 @@
 """Benchmark: cost of gradient-path tracking on the `mini` preset (target ≤ 10% step time).
 
-One optimizer step = `--accum` micro-batches (forward, backward) + AdamW, bf16
-autocast, TT (and PIT) interface. With tracking, the tied matrix is used
-through one view per side and both V×d side gradients are accumulated and
+One optimizer step = `tying.train.loop.train_step` as `tying train` takes it
+(`benchmarks/steps.py`): `--accum` micro-batches (forward, backward), clipping, the run's
+AdamW groups, bf16 autocast, TT (and PIT, Z frozen) interface; tracking is the run's own
+(`track_gradient_paths=true`: the tracker `tying train` attaches). With tracking, the tied
+matrix is used through one view per side and both V×d side gradients are accumulated and
 reduced to norms (`GradientPathTracker`). Steps with and without tracking are
 alternated in one run; medians are compared.
 
@@ -18,31 +20,31 @@ from pathlib import Path
 
 import torch
 
+from steps import project_step, train_config
 from timing import medians, round_robin, write_json
-from tying.analysis.gradient_paths import GradientPathTracker
-from tying.decoder.decoder import Decoder
-from tying.decoder.presets import preset_config
+from tying.train.build import build_model
 
 
 def make_step(tie: str, track: bool, args, batches):
+    """`tying.train.loop.train_step` of a `tie` run, tracked or not; returns the tracker's row."""
     torch.manual_seed(0)
-    model = Decoder(preset_config(args.preset, vocab_size=args.vocab, tie=tie))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    tracker = GradientPathTracker(model.interface) if track else None
+    cfg = train_config(
+        [
+            f"preset={args.preset}",
+            f"tie={tie}",
+            f"seq_len={args.seq_len}",
+            "precision=bf16",
+            "compile=false",
+            f"track_gradient_paths={str(track).lower()}",
+            *(["pit.trainable_z=false"] if tie == "pit" else []),
+        ]
+    )
+    step = project_step(build_model(cfg, args.vocab), cfg, batches)
 
-    def step() -> dict:
-        if tracker is not None:
-            tracker.start_step()
-        for x, y in batches:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = model(x, y)
-            (loss / len(batches)).backward()
-        row = tracker.finish_step() if tracker is not None else {}
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return row
+    def run() -> dict:
+        return step().extra
 
-    return step
+    return run
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
 """Benchmark: step time of PIT's scratch options (how Z and T are trained) against TT's.
 
-One optimizer step as `tying train` takes it: `--accum` micro-batches (forward, backward,
-bf16 autocast) of the `tiny` preset at V = 50,257, gradient clipping, the run's optimizers
+One optimizer step as `tying train` takes it, `tying.train.loop.train_step` itself
+(`benchmarks/steps.py`): `--accum` micro-batches (forward, backward, bf16 autocast) of the
+`tiny` preset at V = 50,257, gradient clipping, the step's one host sync, the run's optimizers
 (`tying.train.optim.optimizers_for_run`: AdamW groups, the polar retraction hook, the
 Stiefel RiemannianAdam for Z or the SPD Riemannian Adam for T), at the CPU grid's shape
 (2 micro-batches of 8 × 256 tokens = 4,096 tokens a step). Steps of the variants are alternated (round-robin) and medians
@@ -21,11 +22,9 @@ from pathlib import Path
 
 import torch
 
+from steps import project_step, train_config
 from timing import medians, round_robin, write_json
-from tying.config import load_config
 from tying.train.build import build_model
-from tying.train.config import TrainConfig
-from tying.train.optim import attach_retraction_for_run, optimizers_for_run
 
 VARIANTS: dict[str, list[str]] = {
     "tt": ["tie=tt"],
@@ -43,22 +42,9 @@ VARIANTS: dict[str, list[str]] = {
 
 
 def make_step(overrides: list[str], vocab: int, batches):
-    cfg = load_config(TrainConfig, None, overrides)
-    model = build_model(cfg, vocab)
-    optimizer = optimizers_for_run(model, cfg)
-    attach_retraction_for_run(model, optimizer, cfg)
-    optimizer.set_lr(1e-4)
-
-    def step() -> None:
-        for x, y in batches:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = model(x, y)
-            (loss / len(batches)).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
+    """`tying.train.loop.train_step` of the run `overrides` describe (bf16, eager), on `batches`."""
+    cfg = train_config([*overrides, "precision=bf16", "compile=false"])
+    return project_step(build_model(cfg, vocab), cfg, batches)
 
 
 def main() -> None:

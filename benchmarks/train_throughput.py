@@ -1,8 +1,11 @@
 """Benchmark: training tokens/s of our `mini` decoder against transformers' LlamaForCausalLM.
 
 Both models get the same width, depth, heads, key/value heads, MLP width and
-vocabulary, tied embeddings, the same batch, bf16 autocast, AdamW, one process.
-Steps of the variants are alternated in one run (round-robin) and the median is
+vocabulary, tied embeddings, the same batch, bf16 autocast, one process, and the same
+step: `tying.train.loop.train_step` on a run built as `tying train` builds one
+(`benchmarks/steps.py`: the run's AdamW groups, clipping, the step's one host sync);
+transformers' model computes its own loss (full logits, upcast to fp32, labels shifted
+inside). Steps of the variants are alternated in one run (round-robin) and the median is
 kept, so the ratios compare steps taken under the same machine load.
 
 Also reported:
@@ -21,13 +24,14 @@ import argparse
 import json
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+from steps import project_step, train_config
 from timing import medians, round_robin, write_json
-from tying.decoder.decoder import Decoder
-from tying.decoder.presets import preset_config
+from tying.train.build import build_model
 
 
 def matmul_peak_flops(n: int = 2048, reps: int = 5) -> float:
@@ -61,22 +65,27 @@ def hf_llama(cfg) -> torch.nn.Module:
     return LlamaForCausalLM(hf_cfg)
 
 
-def make_step(model: torch.nn.Module, hf: bool, x: torch.Tensor, y: torch.Tensor):
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+def make_step(
+    model: torch.nn.Module, cfg, x: torch.Tensor, y: torch.Tensor, hf: bool = False
+) -> Callable[[], float]:
+    """`tying.train.loop.train_step` of `model` on the one micro-batch (x, y); returns the loss.
 
-    def step() -> float:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            if hf:
-                # transformers' own loss path (full logits, upcast to fp32, labels shifted inside).
-                loss = model(input_ids=x, labels=x).loss
-            else:
-                loss = model(x, y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach().item()
+    A transformers model goes through the same step with its own loss path (full logits,
+    upcast to fp32, labels shifted inside) as the step's forward."""
+    forward = (lambda inputs, _targets: model(input_ids=inputs, labels=inputs).loss) if hf else None
+    step = project_step(model, cfg, [(x, y)], forward=forward)
 
-    return step
+    def run() -> float:
+        return step().loss
+
+    return run
+
+
+def run_config(preset: str, tie: str, seq_len: int):
+    """The `TrainConfig` of a timed run: bf16 autocast, eager (the CPU default), PIT's Z frozen."""
+    overrides = [f"preset={preset}", f"tie={tie}", f"seq_len={seq_len}", "precision=bf16"]
+    overrides += ["compile=false"] + (["pit.trainable_z=false"] if tie == "pit" else [])
+    return train_config(overrides)
 
 
 def step_flops(cfg, tokens: int, seq_len: int) -> float:
@@ -106,18 +115,16 @@ def main() -> None:
         args.preset, args.reps, args.batch, args.seq_len = "tiny", 2, 2, 64
 
     torch.manual_seed(0)
-    cfg_tt = preset_config(
-        args.preset, vocab_size=args.vocab, tie="tt", max_seq_len=max(args.seq_len, 1024)
-    )
-    cfg_pit = preset_config(
-        args.preset, vocab_size=args.vocab, tie="pit", max_seq_len=max(args.seq_len, 1024)
-    )
+    run_tt = run_config(args.preset, "tt", args.seq_len)
+    run_pit = run_config(args.preset, "pit", args.seq_len)
+    ours_tt = build_model(run_tt, args.vocab)
+    cfg_tt = ours_tt.config
     x = torch.randint(0, args.vocab, (args.batch, args.seq_len))
     y = torch.randint(0, args.vocab, (args.batch, args.seq_len))
     variants = {
-        "ours_tt": make_step(Decoder(cfg_tt), False, x, y),
-        "hf_llama_tied": make_step(hf_llama(cfg_tt), True, x, y),
-        "ours_pit": make_step(Decoder(cfg_pit), False, x, y),
+        "ours_tt": make_step(ours_tt, run_tt, x, y),
+        "hf_llama_tied": make_step(hf_llama(cfg_tt), run_tt, x, y, hf=True),
+        "ours_pit": make_step(build_model(run_pit, args.vocab), run_pit, x, y),
     }
     times = round_robin(variants, args.reps)
     peak = matmul_peak_flops()
