@@ -50,7 +50,7 @@ def test_templates_hold_no_number_of_their_own():
     """A measured decimal in `ours`, `interval` or `excluded` must come from a placeholder; a
     literal decimal there is allowed only when it is one of the paper's numbers of the row."""
     for c in CLAIMS:
-        for template in (c.ours, c.interval, c.excluded, c.n):
+        for template in (c.ours, c.interval, c.note, c.n):
             bare = C._PLACEHOLDER.sub("", template)
             for number in C._DECIMAL.findall(bare):
                 assert number.lstrip("-") in c.paper_number, (
@@ -59,9 +59,95 @@ def test_templates_hold_no_number_of_their_own():
 
 
 def test_every_verdict_is_one_of_the_four():
-    assert {c.verdict for c in CLAIMS} <= set(C.VERDICTS)
-    untested = [c for c in CLAIMS if c.verdict == "not tested"]
+    judged = C.judge(CLAIMS, ROOT)
+    verdicts = [judged[i].verdict if i in judged else c.verdict for i, c in enumerate(CLAIMS)]
+    assert set(verdicts) <= set(C.VERDICTS)
+    untested = [c for c, v in zip(CLAIMS, verdicts, strict=True) if v == "not tested"]
     assert all(not c.values for c in untested), "a row that says 'not tested' shows numbers"
+
+
+def test_a_verdict_by_hand_only_without_units_and_with_its_reason():
+    for i, c in enumerate(CLAIMS, 1):
+        if c.ruled:
+            assert not c.verdict and not c.reason, f"row {i}: units and a verdict by hand"
+        else:
+            assert c.verdict in C.VERDICTS and c.reason, f"row {i}: no units and no reason"
+
+
+def _reference_p(units: list[float]) -> float:
+    """The exact p by another route: all units of one sign (none zero) can only be matched by
+    the two all-one-sign patterns, p = 2/2^n; otherwise scipy's exact permutation test."""
+    from tying.evaluation.stats import sign_flip_test
+
+    if len(units) == 1:
+        return 1.0
+    if all(u > 0 for u in units) or all(u < 0 for u in units):
+        return 2 / 2 ** len(units)
+    assert len(units) <= 12, "a mixed row this large would make scipy slow"
+    return sign_flip_test(units).p_value
+
+
+def _naive_holm(ps: list[float]) -> list[float]:
+    m = len(ps)
+    order = sorted(range(m), key=lambda i: ps[i])
+    out, running = [0.0] * m, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * ps[i]))
+        out[i] = running
+    return out
+
+
+def test_the_rule_gives_every_ruled_verdict():
+    """The table's verdicts against a recomputation of the stated rule by another route: exact
+    two-sided sign-flip p (scipy, or 2/2^n for one-signed units), Holm by hand, ALPHA."""
+    judged = C.judge(CLAIMS, ROOT)
+    rows = [i for i, c in enumerate(CLAIMS) if c.ruled]
+    assert sorted(judged) == rows
+    ps = [_reference_p(list(judged[i].units)) for i in rows]
+    adjusted = _naive_holm(ps)
+    for i, p, q in zip(rows, ps, adjusted, strict=True):
+        j = judged[i]
+        assert j.p == pytest.approx(p, abs=1e-12), f"row {i + 1}"
+        assert j.holm_p == pytest.approx(q, abs=1e-12), f"row {i + 1}"
+        mean = sum(j.units) / len(j.units)
+        want = "undecided" if q > C.ALPHA else ("reproduced" if mean > 0 else "contradicted")
+        assert j.verdict == want, f"row {i + 1}: {j.verdict} != {want}"
+
+
+def test_the_rule_needs_more_than_two_seeds():
+    """Two seeds in the paper's direction cannot decide a row (p = 0.5); nineteen can."""
+    two = C.Claim(
+        paper="001",
+        claim="c",
+        where="w",
+        paper_number="—",
+        ours="",
+        n="2",
+        values={},
+        units=("1.0", "2.0"),
+    )
+    many = C.Claim(
+        paper="001",
+        claim="c",
+        where="w",
+        paper_number="—",
+        ours="",
+        n="19",
+        values={},
+        units=tuple(str(-1.0 - k / 10) for k in range(19)),
+    )
+    judged = C.judge([two, many])
+    assert judged[0].p == 0.5 and judged[0].verdict == "undecided"
+    assert judged[1].p == pytest.approx(2 / 2**19) and judged[1].verdict == "contradicted"
+    assert judged[1].holm_p == pytest.approx(2 * 2 / 2**19)
+
+
+def test_unit_expressions_evaluate_only_arithmetic():
+    assert C.evaluate("abs(a - b) - 0.5", {"a": 1.0, "b": 3.0}) == 1.5
+    with pytest.raises(ValueError):
+        C.evaluate("__import__('os')", {})
+    with pytest.raises(ValueError):
+        C.evaluate("c + 1", {"a": 1.0})
 
 
 def test_results_md_holds_the_generated_table():
