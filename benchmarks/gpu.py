@@ -395,6 +395,45 @@ def _set_attribute(key: str, value: Any) -> Any:
     return old
 
 
+#: The vendor's dense bf16 tensor-core peak (no 2:4 sparsity), FLOP/s, by GPU name: MFU is
+#: quoted against it (`mfu_spec`) beside the matmul peak measured in the same run (`mfu`).
+SPEC_PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12}
+SPEC_PEAK_SOURCE = (
+    "NVIDIA H100 and H200 datasheets (SXM): 989 TFLOP/s dense BF16 tensor core "
+    "(1,979 with sparsity)"
+)
+
+
+def spec_peak(gpu: str | None) -> float | None:
+    """The spec peak of `SPEC_PEAK_BF16_FLOPS` for a device name such as "NVIDIA H200", or
+    None for a GPU not listed (and for the H100 PCIe, whose peak is lower)."""
+    if not gpu or "PCIe" in gpu:
+        return None
+    return next((v for k, v in SPEC_PEAK_BF16_FLOPS.items() if k in gpu), None)
+
+
+def add_mfu_spec(result: dict[str, Any]) -> None:
+    """Beside every `mfu` (against the measured matmul peak) of a gpu.py result, `mfu_spec`:
+    the same FLOP rate over the vendor's dense bf16 peak, mfu × measured / spec. Records the
+    spec value and its source in `machine`. Nothing happens for a GPU without a spec entry."""
+    m = result.get("machine", {})
+    measured, spec = m.get("matmul_peak_bf16_flops"), spec_peak(m.get("gpu"))
+    if not measured or not spec:
+        return
+    m["spec_peak_bf16_flops"] = spec
+    m["spec_peak_source"] = SPEC_PEAK_SOURCE
+    m["measured_over_spec_peak"] = measured / spec
+    scale = measured / spec
+    for entry in result.get("steps", {}).get("variants", {}).values():
+        if "mfu" in entry:
+            entry["mfu_spec"] = entry["mfu"] * scale
+    summary = result.get("steps", {}).get("summary", {})
+    if summary.get("ours_best_mfu") is not None:
+        summary["ours_best_mfu_spec"] = summary["ours_best_mfu"] * scale
+    if "mfu" in result.get("train", {}):
+        result["train"]["mfu_spec"] = result["train"]["mfu"] * scale
+
+
 def _step_summary(section: dict[str, Any], peak: float) -> dict[str, Any]:
     """MFU per variant and the ratios the issue names."""
     v = section["variants"]
@@ -710,6 +749,7 @@ def main() -> None:
                 rate = result[name]["tokens_per_s_median_after_step_5"]
                 per_token = steps_section["step_flops"] / steps_section["tokens_per_step"]
                 result[name]["mfu"] = rate * per_token / peak
+        add_mfu_spec(result)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2) + "\n")
     result["total_s"] = time.perf_counter() - args.t0
@@ -725,12 +765,13 @@ def _table(result: dict[str, Any]) -> str:
     if "matmul_peak_bf16_flops" in m:
         lines.append(
             f"{m.get('gpu', m.get('device'))}: bf16 peak {m['matmul_peak_bf16_flops'] / 1e12:.0f} TFLOP/s"
+            f" measured, {m.get('spec_peak_bf16_flops', float('nan')) / 1e12:.0f} spec"
         )
     for name, e in result.get("steps", {}).get("variants", {}).items():
         if "step_s_median" in e:
             lines.append(
                 f"{name:22s} {e['step_s_median'] * 1e3:7.1f} ms {e['tokens_per_s']:>10,.0f} tok/s "
-                f"MFU {e.get('mfu', float('nan')):.1%}"
+                f"MFU {e.get('mfu', float('nan')):.1%} (spec {e.get('mfu_spec', float('nan')):.1%})"
             )
         else:
             lines.append(f"{name:22s} {e.get('skipped') or e.get('error', '')[:80]}")
