@@ -1,0 +1,122 @@
+"""Every number in the prose of README.md and docs/*.md is generated, tied to a JSON key, allowed
+as a non-measurement, or counted in its page's shrinking `untied` budget (docs/numbers.yaml;
+rules in tying.report.numbers)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tying.report import claims as C
+from tying.report import numbers as N
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = yaml.safe_load((ROOT / "docs" / "numbers.yaml").read_text())["pages"]
+PAGES = [str(p.relative_to(ROOT)) for p in N.pages(ROOT)]
+
+
+def _value(label: str, spec: dict) -> C.Value:
+    spec = dict(spec)
+    if "slice" in spec:
+        spec["slice"] = tuple(spec["slice"])
+    return C.Value(name=label, **spec)
+
+
+def _tied(page: str) -> list[tuple[str, C.Value]]:
+    return [(k, _value(k, v)) for k, v in (SPEC[page].get("numbers") or {}).items()]
+
+
+def _untied(page: str) -> list[N.Found]:
+    entry = SPEC[page]
+    known = set(entry.get("numbers") or {}) | set(entry.get("allow") or {})
+    return [f for f in N.numbers((ROOT / page).read_text()) if f.text not in known]
+
+
+def test_every_page_is_listed():
+    assert sorted(SPEC) == sorted(PAGES), "docs/numbers.yaml must list every page"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_no_number_beyond_the_pages_budget(page):
+    """A page's numbers that are not generated, tied or allowed number exactly its `untied`
+    budget: a new one fails, and so does tying one without lowering the budget."""
+    untied = _untied(page)
+    budget = SPEC[page].get("untied", 0)
+    shown = "\n".join(f"  {page}:{f.line}: {f.text!r} in …{f.context}…" for f in untied[:40])
+    assert len(untied) <= budget, (
+        f"{page}: {len(untied)} numbers without a source, budget {budget}; tie the new ones in "
+        f"docs/numbers.yaml (first 40):\n{shown}"
+    )
+    assert len(untied) == budget, (
+        f"{page}: only {len(untied)} untied numbers now: lower its budget ({budget}) to that"
+    )
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if SPEC.get(p, {}).get("numbers")])
+def test_every_tied_number_is_its_json_value(page):
+    for label, v in _tied(page):
+        got = v.rounded(C.measured(v, ROOT))
+        assert math.isclose(got, v.value, rel_tol=1e-9, abs_tol=1e-12), (
+            f"{page} {label!r}: {v.file} {v.path} gives {got}, the page says {v.value}"
+        )
+        printed = float(label.rstrip("k%×").replace(",", ""))
+        assert math.isclose(printed, abs(v.value), rel_tol=1e-9, abs_tol=1e-12), (
+            f"{page} {label!r}: the entry's value {v.value} is not the number printed"
+        )
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_no_stale_entry(page):
+    """Every tied or allowed number still occurs in the page's prose."""
+    found = {f.text for f in N.numbers((ROOT / page).read_text())}
+    entry = SPEC[page]
+    for label in [*(entry.get("numbers") or {}), *(entry.get("allow") or {})]:
+        assert label in found, f"{page}: {label!r} is listed but not in the prose"
+
+
+def test_a_changed_json_value_fails_its_number(tmp_path):
+    _, v = _tied("README.md")[0]
+    data = copy.deepcopy(C.load_json(v.file, ROOT))
+    node = data
+    *head, last = v.path.split("/")
+    for key in head:
+        node = node[key]
+    node[last] = node[last] * 2 + 1
+    (tmp_path / Path(v.file).parent).mkdir(parents=True)
+    (tmp_path / v.file).write_text(json.dumps(data))
+    assert not math.isclose(v.rounded(C.measured(v, tmp_path)), v.value)
+
+
+def test_the_extractor_skips_code_references_names_and_generated_blocks():
+    page = "\n".join(
+        [
+            "## 13. A heading",
+            "1. a list item with 12.5 in it, `inline 99.9`, GPT-2 and SmolLM2-135M,",
+            "   §5.3, Table 1 and Figures 3–4, rows 21–24, seeds 0–7, step 26 (2026-11-24, 11:38),",
+            "   Python 3.12.3, a link [x](docs/a-1.5.md) and 362k tokens/s.",
+            "```bash",
+            "tying train max_steps=77.7",
+            "```",
+            "<!-- generated: by a tool -->",
+            "| 44.4 |",
+            "<!-- end generated -->",
+            "the end: 0.25 and −3.5",
+        ]
+    )
+    assert [f.text for f in N.numbers(page)] == ["12.5", "362k", "0.25", "3.5"]
+    assert [f.line for f in N.numbers(page)] == [2, 4, 11, 11]
+
+
+def test_the_claims_table_is_a_generated_block():
+    text = (ROOT / "docs" / "results.md").read_text()
+    blanked = N.prose(text)
+    table = text[text.index(C.BEGIN) : text.index(C.END)]
+    assert re.search(r"\d", table)
+    start = text.index(C.BEGIN)
+    assert not re.search(r"\d", blanked[start : start + len(table)])
