@@ -48,6 +48,7 @@ import math
 import operator
 import re
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -397,7 +398,7 @@ def render(claims: list[Claim], root: Path | None = None) -> str:
     lines = [
         BEGIN,
         "",
-        RULE,
+        textwrap.fill(RULE, width=100, break_long_words=False, break_on_hyphens=False),
         "",
         "| # | paper | claim | where | paper's number | ours | n | interval | verdict "
         "| effect it rules out / why not |",
