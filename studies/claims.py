@@ -249,12 +249,23 @@ def exact_sign_flip_p(units: list[float]) -> float:
     return count / float(1 << n)
 
 
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input order (`tying.evaluation.stats.holm`,
+    which this layer may not import): adj_(j) = max_{i ≤ j} min(1, (m − i + 1) p_(i))."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
 def judge(claims: list[Claim], root: Path | None = None) -> dict[int, Judgement]:
     """The rule applied to every row with units (by index in `claims`): exact two-sided
     sign-flip p of the mean, Holm over those rows, the 95% t-interval, the verdict."""
     from scipy import stats as st
-
-    from tying.evaluation.stats import holm
 
     rows = {i: c.unit_values(root) for i, c in enumerate(claims) if c.ruled}
     ps = {i: exact_sign_flip_p(u) for i, u in rows.items()}

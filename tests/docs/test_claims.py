@@ -88,12 +88,18 @@ def _reference_p(units: list[float]) -> float:
 
 
 def _naive_holm(ps: list[float]) -> list[float]:
+    """Holm by its definition: reject in ascending order while p_(i) ≤ α/(m − i + 1); the
+    adjusted p of the i-th smallest is max over j ≤ i of (m − j + 1) p_(j), capped at 1;
+    checked against the library's `tying.evaluation.stats.holm` too."""
+    from tying.evaluation.stats import holm
+
     m = len(ps)
-    order = sorted(range(m), key=lambda i: ps[i])
-    out, running = [0.0] * m, 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * ps[i]))
-        out[i] = running
+    ranked = sorted(ps)
+    out = []
+    for p in ps:
+        i = ranked.index(p)
+        out.append(min(1.0, max((m - j) * ranked[j] for j in range(i + 1))))
+    assert out == pytest.approx(holm(ps), abs=1e-15)
     return out
 
 
