@@ -33,9 +33,7 @@ def _tied(page: str) -> list[tuple[str, C.Value]]:
 
 
 def _untied(page: str) -> list[N.Found]:
-    entry = SPEC[page]
-    known = set(entry.get("numbers") or {}) | set(entry.get("allow") or {})
-    return [f for f in N.numbers((ROOT / page).read_text()) if f.text not in known]
+    return N.untied(ROOT, page, SPEC[page])
 
 
 def test_every_page_is_listed():
@@ -120,3 +118,21 @@ def test_the_claims_table_is_a_generated_block():
     assert re.search(r"\d", table)
     start = text.index(C.BEGIN)
     assert not re.search(r"\d", blanked[start : start + len(table)])
+
+
+def test_write_budgets_resets_a_changed_page(tmp_path):
+    """After a reviewed merge adds numbers, `--write-budgets` sets the budget to the count."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("A 12.5 and 3.75.\n")
+    (tmp_path / "docs" / "a.md").write_text("Nothing here but 7.25.\n")
+    source = tmp_path / "docs" / "numbers.yaml"
+    source.write_text(
+        "# a comment\npages:\n  README.md:\n    numbers: {}\n    untied: 1\n"
+        "  docs/a.md:\n    untied: 0\n"
+    )
+    changed = N.write_budgets(tmp_path)
+    assert changed == {"README.md": (1, 2), "docs/a.md": (0, 1)}
+    spec = yaml.safe_load(source.read_text())
+    assert spec["pages"]["README.md"]["untied"] == 2 and spec["pages"]["docs/a.md"]["untied"] == 1
+    assert source.read_text().startswith("# a comment")
+    assert N.write_budgets(tmp_path) == {}

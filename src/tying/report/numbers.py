@@ -13,12 +13,16 @@ fenced code, inline code and generated blocks) that is neither
   the page's count of untied numbers (a new untied number fails the test, and so does tying one
   without lowering the count).
 
+`python -m tying.report.numbers` resets every page's budget to its count today: for the lead
+after merging branches whose new numbers were reviewed, never to silence a new one.
+
 A number is its text as printed ("47.7", "1,064,960", "−0.204"); the sign is dropped, so one
 entry ties "0.204" wherever it appears on that page.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,3 +110,66 @@ def numbers(markdown: str) -> list[Found]:
 def pages(root: Path) -> list[Path]:
     """README.md and docs/*.md."""
     return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def untied(root: Path, page: str, entry: dict) -> list[Found]:
+    """The numbers of `page` that are neither tied nor allowed by its `entry` of the YAML."""
+    known = set(entry.get("numbers") or {}) | set(entry.get("allow") or {})
+    return [f for f in numbers((root / page).read_text()) if f.text not in known]
+
+
+def write_budgets(root: Path, source: Path | None = None) -> dict[str, tuple[int, int]]:
+    """Set every page's `untied` budget in docs/numbers.yaml to its count today (after merging
+    branches that were reviewed with their numbers); a page missing from the file is appended.
+    Comments and the order of the file are kept.
+
+    Returns:
+        {page: (old budget, new budget)} for every page whose budget changed.
+    """
+    import yaml
+
+    path = source or root / "docs" / "numbers.yaml"
+    text = path.read_text()
+    spec = yaml.safe_load(text)["pages"]
+    changed = {}
+    for page_path in pages(root):
+        page = str(page_path.relative_to(root))
+        entry = spec.get(page) or {}
+        count = len(untied(root, page, entry))
+        old = entry.get("untied", 0) if page in spec else None
+        if old == count:
+            continue
+        changed[page] = (old if old is not None else -1, count)
+        if page not in spec:
+            text = text.rstrip("\n") + f"\n  {page}:\n    untied: {count}\n"
+            continue
+        head = re.search(rf"(?m)^  {re.escape(page)}:\n", text)
+        assert head is not None, page
+        nxt = re.search(r"(?m)^  \S", text[head.end() :])
+        stop = head.end() + (nxt.start() if nxt else len(text) - head.end())
+        block = text[head.end() : stop]
+        if re.search(r"(?m)^    untied: \d+$", block):
+            block = re.sub(r"(?m)^    untied: \d+$", f"    untied: {count}", block)
+        else:
+            block = block.rstrip("\n") + f"\n    untied: {count}\n"
+        text = text[: head.end()] + block + text[stop:]
+    path.write_text(text)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m tying.report.numbers`: reset the pages' untied budgets in docs/numbers.yaml
+    to today's counts (after a reviewed merge); each change is logged."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m tying.report.numbers", description=__doc__)
+    ap.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[3])
+    args = ap.parse_args(argv)
+    for page, (old, new) in write_budgets(args.root).items():
+        logging.getLogger(__name__).warning("%s: untied budget %d -> %d", page, old, new)
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(format="%(message)s")
+    raise SystemExit(main())
