@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tying.report import claims as C
-from tying.report import numbers as N
+from studies import claims as C
+from studies import numbers as N
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = yaml.safe_load((ROOT / "docs" / "numbers.yaml").read_text())["pages"]

@@ -6,14 +6,14 @@ fenced code, inline code and generated blocks) that is neither
 * in a generated block (`<!-- generated: ... -->` ... `<!-- end generated -->`, or the claims
   table's markers),
 * tied to a JSON key of the repository on its page (`pages.<page>.numbers`: the number as
-  printed -> a value spec of `tying.report.claims`, checked against the JSON),
+  printed -> a value spec of `studies.claims`, checked against the JSON),
 * allowed by the short rules below (dates, versions, references to sections, tables, figures,
   rows, seeds and steps, list markers, names such as GPT-2), nor
 * counted in the page's `untied` budget: a ratchet for the pages not yet tied, which must equal
   the page's count of untied numbers (a new untied number fails the test, and so does tying one
   without lowering the count).
 
-`python -m tying.report.numbers` resets every page's budget to its count today: for the lead
+`python -m studies.numbers` resets every page's budget to its count today: for the lead
 after merging branches whose new numbers were reviewed, never to silence a new one.
 
 A number is its text as printed ("47.7", "1,064,960", "−0.204"); the sign is dropped, so one
@@ -26,6 +26,8 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from studies import ROOT
 
 #: Begin and end of a generated block (the claims table keeps its own markers).
 GENERATED = re.compile(
@@ -158,12 +160,12 @@ def write_budgets(root: Path, source: Path | None = None) -> dict[str, tuple[int
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m tying.report.numbers`: reset the pages' untied budgets in docs/numbers.yaml
+    """`python -m studies.numbers`: reset the pages' untied budgets in docs/numbers.yaml
     to today's counts (after a reviewed merge); each change is logged."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m tying.report.numbers", description=__doc__)
-    ap.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[3])
+    ap = argparse.ArgumentParser(prog="python -m studies.numbers", description=__doc__)
+    ap.add_argument("--root", type=Path, default=ROOT)
     args = ap.parse_args(argv)
     for page, (old, new) in write_budgets(args.root).items():
         logging.getLogger(__name__).warning("%s: untied budget %d -> %d", page, old, new)

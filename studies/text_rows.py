@@ -8,7 +8,7 @@ validation books (GPT-2 tokenizer), for batches of 16 windows of 256 tokens at r
 as the trainer draws them.
 
 Usage:
-    python benchmarks/text_rows.py [--batches 20] [--out benchmarks/results/text_rows.json]
+    python -m studies.text_rows [--batches 20] [--out docs/results/text_rows.json]
 """
 
 from __future__ import annotations
@@ -20,18 +20,17 @@ from pathlib import Path
 
 import numpy as np
 
+from studies import ROOT
 from tying.data.corpus import default_validation_source, prepare_store
 
-ROOT = Path(__file__).resolve().parents[1]
 
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=20, help="batches drawn (seeds 0..n-1)")
     parser.add_argument("--windows", type=int, default=16)
     parser.add_argument("--seq-len", type=int, default=256)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/text_rows.json")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=ROOT / "docs/results/text_rows.json")
+    args = parser.parse_args(argv)
     store = prepare_store(default_validation_source())
     vocab = 50257
     tokens = args.windows * args.seq_len
