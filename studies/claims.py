@@ -391,7 +391,7 @@ def load_claims(path: Path | None = None) -> list[Claim]:
                 f"claims row {i}: without units a row needs a verdict (one of {VERDICTS}) "
                 "and the reason it is not the rule's"
             )
-        for template in (claim.ours, claim.interval, claim.note):
+        for template in (claim.ours, claim.interval, claim.note, claim.reason):
             for name in _PLACEHOLDER.findall(template):
                 if name not in values:
                     raise ValueError(f"claims row {i}: {{{name}}} has no value")
@@ -427,7 +427,7 @@ def render(claims: list[Claim], root: Path | None = None) -> str:
         else:
             interval = c.fill(c.interval)
             verdict = c.verdict
-            excluded = f"verdict by hand: {c.reason}" + (f"; {note}" if note else "")
+            excluded = f"verdict by hand: {c.fill(c.reason)}" + (f"; {note}" if note else "")
         cells = [
             str(i + 1),
             PAPERS[c.paper].split(" (")[0],
