@@ -2,7 +2,8 @@
 
 Each package of `tying` sits on a layer and may import only from its own package and from
 lower layers; this is checked on every `import` / `from ... import` in the source, including
-imports inside functions (an upward import hidden in a function is still a cycle).
+imports inside functions (an upward import hidden in a function is still a cycle). Inside a
+package, modules import each other without a cycle either (`test_no_import_cycle`).
 """
 
 from __future__ import annotations
@@ -117,6 +118,87 @@ def test_studies_and_benchmarks_import_public_names_only() -> None:
                     and any(p.startswith("_") for p in a.name.split("."))
                 ]
     assert private == []
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """module -> the modules of src/tying and studies/ it imports (any import statement,
+    inside functions too).
+
+    `from tying.a import b` names module tying.a.b when that is a module, else tying.a;
+    `import tying.a.b` names tying.a.b. Importing a submodule runs its package's __init__ first,
+    but that is Python's order of execution, not a dependency the code states: only the named
+    module is an edge.
+    """
+    files = _modules()
+    modules = {m for m, _ in files}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [
+                    f"{node.module}.{alias.name}"
+                    if f"{node.module}.{alias.name}" in modules
+                    else node.module
+                    for alias in node.names
+                ]
+            else:
+                continue
+            graph[module] |= {t for t in targets if t in modules and t != module}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    """The finder itself: a loop of three, a self-contained pair and a chain."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"e"}, "e": {"d"}, "f": {"a"}}
+    assert sorted(_cycles(graph)) == [["a", "b", "c"], ["d", "e"]]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_no_import_cycle() -> None:
+    """No module of src/tying (or studies/) imports itself through others, imports inside
+    functions included (docs/architecture.md): across packages the layers forbid it, inside
+    one package this does."""
+    graph = _module_graph()
+    assert {"tying.train.build", "tying.train.resolve"} <= set(graph)
+    assert "tying.train.resolve" in graph["tying.train.build"]  # edges are read
+    assert _cycles(graph) == []
 
 
 def test_every_package_has_a_layer() -> None:

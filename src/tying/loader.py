@@ -1,14 +1,15 @@
-"""One resolver for every analysis verb: `load_any(spec)` -> a `LoadedModel`.
+"""Every analysis verb's model: `load_any(spec)` -> a `LoadedModel`.
 
-A SPEC is, tried in this order:
+A SPEC is resolved by the one model resolver, `tying.train.resolve.resolve_model`:
 
 - a training run folder (holding ``checkpoints/``), a ``checkpoints/`` folder or one
-  checkpoint folder (holding ``trainer.json``): rebuilt by
-  `tying.train.restore.load_trained` (a `Decoder`, or an `HFCausalLM` for teacher-mode runs);
+  checkpoint folder (holding ``trainer.json``): the run's model (a `Decoder`, or an
+  `HFCausalLM` for teacher-mode runs);
 - anything `tying.hf.load` accepts: ``"smollm2"``, a ``.gguf`` file, a transformers folder
   (converted or not), a Hugging Face Hub id. A model that is not converted yet is converted
-  in place with the tie that leaves its logits unchanged: ``"tt"`` when its embedding and
-  head are one tensor (tied), ``"untied"`` otherwise; then wrapped in `HFCausalLM`.
+  in place with the tie that leaves its logits unchanged (`tying.train.resolve.
+  as_interface_model`: ``"tt"`` when its embedding and head are one tensor, ``"untied"``
+  otherwise); then wrapped in `HFCausalLM`.
 
 Whatever the source, the analysis code sees one object with
 
@@ -36,12 +37,13 @@ import torch
 from torch import Tensor, nn
 
 from tying.data.tokenizer import TextTokenizer, load_tokenizer, wrap_tokenizer
-from tying.hf import HFCausalLM, convert, from_pretrained, is_converted, is_converted_folder, load
+from tying.hf import HFCausalLM, from_pretrained, is_converted_folder, load
 from tying.hf.native import load_tokenizer as load_saved_tokenizer
 from tying.hf.state import CONFIG_KEY
-from tying.interface import InterfaceModel, TokenInterface, is_interface_model
-from tying.train.checkpoint import is_run_spec, resolve_checkpoint  # is_run_spec: re-exported
-from tying.train.restore import load_trained
+from tying.interface import InterfaceModel, TokenInterface
+from tying.train.checkpoint import is_run_spec as is_run_spec  # re-exported
+from tying.train.checkpoint import resolve_checkpoint
+from tying.train.resolve import as_interface_model, load_trained, resolve_model
 
 #: The kinds of `LoadedModel.kind`.
 MODEL_KINDS = ("run", "hf", "module")
@@ -237,15 +239,6 @@ def vocabulary_strings(tokenizer: TextTokenizer, size: int | None = None) -> lis
     return [backend.id_to_token(i) or "" for i in range(n)]
 
 
-def _is_tied(model: nn.Module) -> bool:
-    """Whether a transformers model's input embedding and output head share one weight."""
-    embedding = model.get_input_embeddings()
-    head = model.get_output_embeddings()
-    e = getattr(embedding, "weight", None)
-    u = getattr(head, "weight", None)
-    return isinstance(e, Tensor) and isinstance(u, Tensor) and e.data_ptr() == u.data_ptr()
-
-
 def wrap_model(
     model: nn.Module,
     tokenizer: Any = None,
@@ -267,18 +260,7 @@ def wrap_model(
         ValueError: the model has neither the decoder API nor a supported transformers
             architecture.
     """
-    inner = getattr(model, "model", None)
-    if not is_interface_model(model) and is_interface_model(inner):
-        model = inner  # TyingForCausalLM (model_type "tying") around our Decoder
-    if not is_interface_model(model):
-        if not hasattr(model, "config") or not hasattr(model, "get_input_embeddings"):
-            raise ValueError(
-                f"{type(model).__name__} is neither a tying model (interface, final_norm, "
-                "blocks, residual_states) nor a transformers causal LM"
-            )
-        if not is_converted(model):
-            convert(model, tie="tt" if _is_tied(model) else "untied")
-        model = HFCausalLM(model)
+    model = as_interface_model(model)
     model.eval()
     return LoadedModel(
         model=model, tokenizer=as_text_tokenizer(tokenizer, name), name=name, kind=kind
@@ -310,20 +292,18 @@ def load_any(
     """
     text = str(spec)
     override = load_tokenizer(tokenizer) if tokenizer is not None else None
-    if is_run_spec(text):
-        model, tok, run_cfg, folder = load_trained(text)
-        if dtype != torch.float32:
-            model = model.to(dtype)
-        loaded = wrap_model(model, override or tok, name or _run_name(folder, text), "run")
-        loaded.checkpoint = folder
-        loaded.train_config = run_cfg
+    resolved = resolve_model(text, dtype)
+    tok = resolved.tokenizer
+    if resolved.kind == "run":
+        model_name = name or _run_name(resolved.checkpoint, text)
     else:
-        model, tok = load(text, dtype)
         model_name = name or _model_name(text)
         if override is None:
             tok = as_text_tokenizer(tok, "smollm2" if text.lower() == "smollm2" else model_name)
-        loaded = wrap_model(model, override or tok, model_name, "hf")
+    loaded = wrap_model(resolved.model, override or tok, model_name, resolved.kind)
     loaded.spec = text
+    loaded.checkpoint = resolved.checkpoint
+    loaded.train_config = resolved.train_config
     return loaded
 
 

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from tying.adapters import apply_adapter, causal_lm_of, check_adapter_base, read_adapter_config
+from tying.hf.native import hf_tokenizer_of  # re-exported
 from tying.loader import load_any
 
 __all__ = [
@@ -85,23 +86,6 @@ def parse_dtype(value: str | torch.dtype) -> torch.dtype:
     if key not in DTYPES:
         raise ValueError(f"unknown dtype {value!r}: use one of {', '.join(DTYPES)}")
     return DTYPES[key]
-
-
-def hf_tokenizer_of(tokenizer: Any) -> Any:
-    """A transformers fast tokenizer for a `TextTokenizer` (or a transformers tokenizer, as is).
-
-    The Rust backend is shared, so both give the same ids; EOS is the `TextTokenizer`'s
-    end-of-document token; padding is left unset (lm-eval picks one: UNK, else EOS).
-    """
-    from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
-
-    if isinstance(tokenizer, PreTrainedTokenizerBase):
-        return tokenizer
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer.backend, eos_token=tokenizer.eos_token
-    )
-    fast.name_or_path = tokenizer.name
-    return fast
 
 
 def load_for_evaluation(

@@ -41,7 +41,8 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from tying.decoder.config import ModelConfig
 from tying.decoder.decoder import Decoder, build_config_interface
 from tying.hf.modules import InterfaceHead
-from tying.interface import TokenInterface
+from tying.hf.state import empty_interface, interface_record
+from tying.interface import TokenInterface, tie_of
 
 _MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig))
 #: The output's KV-cache field: `cache` from transformers 5.2x, `past_key_values` before (the
@@ -116,6 +117,10 @@ class TyingConfig(_ModelConfigFields):  # type: ignore[misc, valid-type]
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
     pad_token_id: int | None = None
+    #: The `config.tying`-style record (`tying.hf.state.interface_record`) of an interface the
+    #: `ModelConfig` fields cannot rebuild (a decoder converted to another tie, a centred PIT):
+    #: the model is then built around `empty_interface(record)`; None otherwise.
+    interface_record: dict[str, Any] | None = None
 
     def __post_init__(self, **kwargs: Any) -> None:
         if self.tie_word_embeddings:
@@ -181,6 +186,27 @@ def _init_interface_(interface: TokenInterface, config: ModelConfig) -> None:
         t.copy_(fresh[name])
 
 
+def _config_of(decoder: Decoder) -> tuple[ModelConfig, dict[str, Any] | None]:
+    """(the `ModelConfig` of `decoder` with its interface's tie, the interface's record or None).
+
+    The record is None when the config alone rebuilds an interface of the same class, tensors
+    and options (a decoder as trained); a converted decoder (`tying.conversion.convert` on its
+    own interface: another tie, a centred PIT's input bias) needs it to be saved and reloaded.
+    """
+    interface = decoder.interface
+    config = decoder.config
+    if tie_of(interface) != config.tie:
+        config = dataclasses.replace(config, tie=tie_of(interface))
+    with torch.device("meta"):
+        built = build_config_interface(config)
+    same = (
+        type(built) is type(interface)
+        and built.state_dict().keys() == interface.state_dict().keys()
+        and built.options() == interface.options()
+    )
+    return config, None if same else interface_record(interface, embed_scale=1.0)
+
+
 class TyingForCausalLM(TyingPreTrainedModel, GenerationMixin):
     """Causal LM around `tying.decoder.decoder.Decoder` (attribute `model`), head `lm_head`.
 
@@ -190,7 +216,13 @@ class TyingForCausalLM(TyingPreTrainedModel, GenerationMixin):
 
     def __init__(self, config: TyingConfig) -> None:
         super().__init__(config)
-        self.model = Decoder(config.to_model_config())
+        record = getattr(config, "interface_record", None)
+        interface = None
+        if record:  # placeholder values (checked on the CPU), replaced by the saved tensors
+            device = torch.get_default_device()
+            with torch.device("cpu"):
+                interface = empty_interface(record).to(device)
+        self.model = Decoder(config.to_model_config(), interface=interface)
         self.lm_head = InterfaceHead(self.model, attr="interface")
         if torch.get_default_device().type != "meta":
             # The Decoder initialised itself: keep its weights through post_init.
@@ -206,7 +238,10 @@ class TyingForCausalLM(TyingPreTrainedModel, GenerationMixin):
             decoder: the decoder (its `config` becomes the transformers config).
             config_kwargs: further `TyingConfig` fields (eos_token_id, pad_token_id, ...).
         """
-        config = TyingConfig.from_model_config(decoder.config, **config_kwargs)
+        model_config, record = _config_of(decoder)
+        config = TyingConfig.from_model_config(
+            model_config, interface_record=record, **config_kwargs
+        )
         with torch.device("meta"):
             wrapper = cls(config)
         wrapper.model = decoder

@@ -90,6 +90,23 @@ def load_tokenizer(folder: str | Path) -> Any:
     return AutoTokenizer.from_pretrained(folder)
 
 
+def hf_tokenizer_of(tokenizer: Any) -> Any:
+    """A transformers fast tokenizer for a `TextTokenizer` (or a transformers tokenizer, as is).
+
+    The Rust backend is shared, so both give the same ids; EOS is the `TextTokenizer`'s
+    end-of-document token; padding is left unset (lm-eval picks one: UNK, else EOS).
+    """
+    from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+    if isinstance(tokenizer, PreTrainedTokenizerBase):
+        return tokenizer
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer.backend, eos_token=tokenizer.eos_token
+    )
+    fast.name_or_path = tokenizer.name
+    return fast
+
+
 @contextlib.contextmanager
 def quiet_transformers() -> Iterator[None]:
     """Silence transformers' info/warning logs (expected missing/unexpected keys) for a block."""

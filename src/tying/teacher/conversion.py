@@ -20,7 +20,8 @@ class ConvertOptions:
     """Options of `tying convert`.
 
     Attributes:
-        spec: the teacher: smollm2, a .gguf file, a transformers folder or a hub id.
+        spec: the teacher: smollm2, a .gguf file, a transformers folder, a hub id, or a
+            training run of our decoder (a run, `checkpoints/` or checkpoint folder).
         out: output folder (save_pretrained format + tokenizer).
         tie: token interface: untied, tt or pit.
         t_init: PIT: initialisation of T: fit (T and the final-norm gain fitted to the

@@ -2,8 +2,9 @@
 
 - `windows_from_source`: text (a file, folder, glob or `hf:` source) -> the calibration and
   held-out (inputs, targets) windows a conversion needs;
-- `convert_spec`: `tying convert` end to end: load a model SPEC, convert it with windows of
-  real text, measure the step-0 KL.
+- `convert_spec`: `tying convert` end to end: resolve a model SPEC (a transformers model or a
+  training run, `tying.train.resolve.resolve_model`), convert it with windows of real text,
+  measure the step-0 KL.
 
 The step-0 table itself (`conversion_table`, `VARIANTS`) and the conversion of our own
 decoder (`convert_interface_model`) moved to `tying.conversion.table`; the old names here
@@ -19,12 +20,15 @@ import torch
 from torch import Tensor, nn
 
 from tying._compat import moved_name
+from tying.adapters import causal_lm_of
 from tying.conversion import FitOptions, convert
 from tying.data.batches import WindowSampler, eval_batches
 from tying.data.corpus import default_train_source, default_validation_source, prepare_store
-from tying.data.tokenizer import load_tokenizer
-from tying.hf.loading import load
+from tying.data.tokenizer import TextTokenizer, load_tokenizer
+from tying.hf.native import hf_tokenizer_of
+from tying.interface import TokenInterface
 from tying.loader import as_text_tokenizer
+from tying.train.resolve import resolve_model
 
 Batch = tuple[Tensor, Tensor]
 #: Names that moved to `tying.conversion.table` in 0.2 (they warn here until 0.3).
@@ -80,6 +84,8 @@ def windows_from_source(
 
 def text_tokenizer(spec: str, tokenizer: Any) -> Any:
     """The `TextTokenizer` `tying train` would use for `spec` (else the loaded one, wrapped)."""
+    if isinstance(tokenizer, TextTokenizer):  # a training run's own
+        return tokenizer
     try:
         return load_tokenizer(spec)
     except (FileNotFoundError, ValueError):
@@ -114,12 +120,20 @@ def convert_spec(
     conversion asks for them; the step-0 KL is measured on the first `step0_tokens`
     tokens of `measure_source` (default: Gutenberg validation), which the fit never sees.
 
+    `spec` is anything `tying.train.resolve.resolve_model` reads: a transformers model, or a
+    training run of our decoder (converted on its own interface, returned as the
+    `TyingForCausalLM` around it with its tokenizer as a transformers one, ready for
+    `save_pretrained`).
+
     Returns:
-        (converted model, tokenizer, ConversionReport).
+        (converted model, tokenizer or None, ConversionReport).
     """
-    model, tokenizer = load(spec, dtype=dtype, cache=cache)
-    V = int(model.get_input_embeddings().weight.shape[0])
+    resolved = resolve_model(spec, dtype, cache=cache)
+    model, tokenizer = resolved.model, resolved.tokenizer
+    V = _vocabulary_rows(model)
     tok = text_tokenizer(spec, tokenizer)
+    if resolved.kind == "run":  # saved as a transformers tokenizer next to the model
+        tokenizer = hf_tokenizer_of(tok)
 
     def calibration(tokens: int) -> list[Batch]:
         return windows_from_source(
@@ -151,4 +165,14 @@ def convert_spec(
         progress=progress,
         **convert_options,
     )
+    if resolved.kind == "run":
+        model = causal_lm_of(model, eos_token_id=tok.eos_id)
     return model, tokenizer, report
+
+
+def _vocabulary_rows(model: nn.Module) -> int:
+    """V, the rows of a model's input embedding (or of its token interface)."""
+    own = getattr(model, "interface", None)
+    if isinstance(own, TokenInterface):
+        return own.vocab_size
+    return int(model.get_input_embeddings().weight.shape[0])

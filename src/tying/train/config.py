@@ -21,18 +21,55 @@ from tying.interface.options import (
     ZOptimizer,
 )
 from tying.interface.registry import check_interface_options, options_section
-from tying.train.distill import DistillConfig
 
 __all__ = [
     "ENTRY_SIZE",
+    "INITIAL",
     "T_OPTIMIZERS",
     "T_SCALE_AUTO",
     "Z_OPTIMIZERS",
+    "DistillConfig",
     "TOptimizer",
     "TrainConfig",
     "ZOptimizer",
     "saved_train_config",
 ]
+
+
+#: The `distill.teacher` value that names the run's own model before conversion.
+INITIAL = "initial"
+
+
+@dataclass
+class DistillConfig:
+    """The `distill` section of `TrainConfig` (YAML mapping or `distill.KEY=VALUE` overrides).
+
+    Attributes:
+        teacher: None (no distillation), "initial" (teacher mode: the run's `model`
+            before conversion) or a model spec: anything `tying.hf.load` accepts
+            (a name such as "smollm2", a .gguf file, a transformers folder, a hub id)
+            or a teacher-mode training run folder. Same vocabulary as the student.
+        alpha: α in [0, 1], the weight of the KL term (0: plain cross-entropy).
+        temperature: τ > 0 of both softmaxes in the KL term (the τ² factor keeps
+            its gradient on the scale of the cross-entropy's).
+    """
+
+    teacher: str | None = None
+    alpha: float = 0.5
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ConfigError(f"distill.alpha must be in [0, 1], got {self.alpha}")
+        if not self.temperature > 0:
+            raise ConfigError(f"distill.temperature must be > 0, got {self.temperature}")
+        if self.teacher is not None and not str(self.teacher).strip():
+            raise ConfigError("distill.teacher is empty: give a model spec, 'initial' or null")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the run distills (a teacher is named)."""
+        return self.teacher is not None
 
 
 @dataclass

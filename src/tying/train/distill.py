@@ -17,8 +17,6 @@ the pretrained model as it was before its interface was re-expressed.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,41 +24,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tying.config import ConfigError
+from tying.train.config import INITIAL, DistillConfig
+from tying.train.resolve import as_interface_model, resolve_model
 
-#: The `teacher` value that names the run's own model before conversion.
-INITIAL = "initial"
-
-
-@dataclass
-class DistillConfig:
-    """The `distill` section of `TrainConfig` (YAML mapping or `distill.KEY=VALUE` overrides).
-
-    Attributes:
-        teacher: None (no distillation), "initial" (teacher mode: the run's `model`
-            before conversion) or a model spec: anything `tying.hf.load` accepts
-            (a name such as "smollm2", a .gguf file, a transformers folder, a hub id)
-            or a teacher-mode training run folder. Same vocabulary as the student.
-        alpha: α in [0, 1], the weight of the KL term (0: plain cross-entropy).
-        temperature: τ > 0 of both softmaxes in the KL term (the τ² factor keeps
-            its gradient on the scale of the cross-entropy's).
-    """
-
-    teacher: str | None = None
-    alpha: float = 0.5
-    temperature: float = 1.0
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.alpha <= 1.0:
-            raise ConfigError(f"distill.alpha must be in [0, 1], got {self.alpha}")
-        if not self.temperature > 0:
-            raise ConfigError(f"distill.temperature must be > 0, got {self.temperature}")
-        if self.teacher is not None and not str(self.teacher).strip():
-            raise ConfigError("distill.teacher is empty: give a model spec, 'initial' or null")
-
-    @property
-    def enabled(self) -> bool:
-        """Whether the run distills (a teacher is named)."""
-        return self.teacher is not None
+__all__ = [
+    "INITIAL",
+    "DistillConfig",
+    "DistillationObjective",
+    "load_teacher",
+    "strip_student_prefix",
+]
 
 
 def _freeze(model: nn.Module) -> nn.Module:
@@ -71,7 +44,9 @@ def _freeze(model: nn.Module) -> nn.Module:
 
 
 def load_teacher(cfg: DistillConfig, model_spec: str | None) -> nn.Module:
-    """The frozen teacher: an `HFCausalLM` (or a run's model) with `final_hidden` and `interface`.
+    """The frozen teacher: any model SPEC (`tying.train.resolve.resolve_model`: a transformers
+    model, converted with unchanged logits and wrapped in `HFCausalLM`, or a training run's
+    model), with `final_hidden` and `interface`.
 
     Args:
         cfg: the `distill` section (its teacher must be set).
@@ -90,21 +65,7 @@ def load_teacher(cfg: DistillConfig, model_spec: str | None) -> nn.Module:
                 "model before conversion; name a teacher spec instead"
             )
         spec = model_spec
-    path = Path(str(spec)).expanduser()
-    if path.is_dir() and ((path / "checkpoints").is_dir() or (path / "trainer.json").is_file()):
-        from tying.train.restore import load_trained
-
-        model, _, _, _ = load_trained(path)
-        return _freeze(model)
-    from tying.hf import HFCausalLM, convert, is_converted, load
-
-    hf_model, _ = load(spec)
-    if not is_converted(hf_model):
-        embedding = hf_model.get_input_embeddings().weight
-        head = hf_model.get_output_embeddings()
-        tied = head is not None and head.weight.data_ptr() == embedding.data_ptr()
-        convert(hf_model, tie="tt" if tied else "untied")  # logits unchanged either way
-    return _freeze(HFCausalLM(hf_model))
+    return _freeze(as_interface_model(resolve_model(spec).model))
 
 
 class DistillationObjective(nn.Module):
