@@ -24,6 +24,7 @@ STUDIES = ROOT / "studies"
 #: package -> layer (docs/architecture.md). Lower layers never import higher ones.
 LAYERS: dict[str, int] = {
     "_compat": 0,
+    "errors": -1,  # below everything: the error types every layer raises
     "config": 0,
     "paths": 0,
     "threads": 0,

@@ -41,6 +41,7 @@ import torch
 from torch import Tensor, nn
 
 from tying.decoder import Decoder
+from tying.errors import InvalidInputError, MissingFileError
 from tying.hf import HFCausalLM, TyingForCausalLM
 from tying.interface import TokenInterface
 from tying.outputs import write_text_atomic
@@ -76,7 +77,7 @@ def causal_lm_of(module: nn.Module, eos_token_id: int | None = None) -> nn.Modul
         return wrapper.eval()
     if hasattr(module, "generate") and hasattr(module, "config"):
         return module
-    raise ValueError(
+    raise InvalidInputError(
         f"cannot use a {type(module).__name__} here: expected a tying Decoder, an HFCausalLM or "
         "a transformers causal LM"
     )
@@ -97,7 +98,7 @@ def interface_of(model: nn.Module) -> TokenInterface:
     interface = getattr(embedding, "interface", None)
     if isinstance(interface, TokenInterface):
         return interface
-    raise ValueError(
+    raise InvalidInputError(
         f"{type(model).__name__} has no token interface: load it with tying.loader.load_any"
     )
 
@@ -129,7 +130,7 @@ def default_target_modules(blocks: Iterable[nn.Module]) -> list[str]:
             if path and type(module).__name__ in LINEAR_CLASSES:
                 names[path.rsplit(".", 1)[-1]] = None
     if not names:
-        raise ValueError(
+        raise InvalidInputError(
             "the model's blocks hold no linear layer for LoRA: set target_modules to the names of its linear layers"
         )
     return list(names)
@@ -147,13 +148,13 @@ def check_target_modules(model: nn.Module, targets: Iterable[str]) -> list[str]:
     for target in targets:
         paths = [p for p in modules if p == target or p.endswith("." + target)]
         if not paths:
-            raise ValueError(
+            raise InvalidInputError(
                 f"no module of the model is called {target!r}: choose target_modules among "
                 "the linear layers of its blocks (e.g. q_proj, v_proj)"
             )
         bad = [p for p in paths if type(modules[p]).__name__ not in LINEAR_CLASSES]
         if bad:
-            raise ValueError(
+            raise InvalidInputError(
                 f"module {bad[0]!r} is a {type(modules[bad[0]]).__name__}, not a linear layer: "
                 "LoRA targets must be linear layers (e.g. q_proj, v_proj)"
             )
@@ -247,12 +248,12 @@ def read_adapter_config(adapter_dir: str | Path) -> dict[str, Any]:
     """
     folder = Path(adapter_dir).expanduser()
     if not folder.is_dir():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"adapter folder {folder} does not exist: pass a peft adapter folder"
         )
     path = folder / "adapter_config.json"
     if not path.is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{folder} has no adapter_config.json: pass a folder written by peft's save_pretrained"
         )
     return _read_json_object(path)
@@ -262,11 +263,11 @@ def _read_json_object(path: Path) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text())
     except json.JSONDecodeError as e:
-        raise ValueError(
+        raise InvalidInputError(
             f"{path} is not valid JSON ({e.msg} at line {e.lineno}): rewrite it"
         ) from e
     if not isinstance(value, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(value).__name__}")
+        raise InvalidInputError(f"{path} must hold a JSON object, got {type(value).__name__}")
     return value
 
 
@@ -287,7 +288,7 @@ def read_adapter_record(adapter_dir: str | Path) -> dict[str, Any] | None:
         return None
     record = _read_json_object(path)
     if not isinstance(record.get("base"), dict):
-        raise ValueError(f"{path} has no 'base' record: rewrite it with tying finetune")
+        raise InvalidInputError(f"{path} has no 'base' record: rewrite it with tying finetune")
     return record
 
 
@@ -324,13 +325,13 @@ def check_record(record: dict[str, Any], model: nn.Module, where: str | Path) ->
         ("d_model", interface.d_model),
     ):
         if key in base and base[key] != value:
-            raise ValueError(
+            raise InvalidInputError(
                 f"adapter {where} was trained on another base model ({key} {base[key]!r}, this "
                 f"model has {value!r}): {hint}"
             )
     structure = structure_hash(model)
     if base.get("structure_sha256") not in (None, structure):
-        raise ValueError(
+        raise InvalidInputError(
             f"adapter {where} was trained on another base model (other tensor names or shapes: "
             f"structure {_short(base['structure_sha256'])} vs {_short(structure)}): {hint}"
         )
@@ -340,7 +341,7 @@ def check_record(record: dict[str, Any], model: nn.Module, where: str | Path) ->
     else:
         key, digest = "weights_bf16_sha256", weights_hash(model, torch.bfloat16)
     if base.get(key) not in (None, digest):
-        raise ValueError(
+        raise InvalidInputError(
             f"adapter {where} was trained on another base model (other weights: {key} "
             f"{_short(base[key])} vs {_short(digest)}): {hint}"
         )
@@ -375,7 +376,7 @@ def check_adapter_base(adapter_dir: str | Path, model: nn.Module) -> dict[str, A
             name = key.split(marker)[0].removeprefix("base_model.model.")
             module = modules.get(name)
             if module is None:
-                raise ValueError(
+                raise InvalidInputError(
                     f"adapter {folder} has weights for module {name!r}, which the model lacks: "
                     "it was trained on another base model; evaluate it with its own base"
                 )
@@ -384,7 +385,7 @@ def check_adapter_base(adapter_dir: str | Path, model: nn.Module) -> dict[str, A
                 expected = module.weight.shape[0 if side == "lora_A" else 1]
             got = shape[1] if side == "lora_A" else shape[0]
             if expected is not None and got != expected:
-                raise ValueError(
+                raise InvalidInputError(
                     f"adapter {folder} does not fit module {name!r} ({side} has size {got}, the "
                     f"model's is {expected}): it was trained on another base model"
                 )
@@ -411,7 +412,7 @@ def load_interface_tensors(model: nn.Module, adapter_dir: str | Path) -> list[st
         for name, value in tensors.items():
             target = own.get(name)
             if target is None or target.shape != value.shape:
-                raise ValueError(
+                raise InvalidInputError(
                     f"{path} holds {name} {tuple(value.shape)}, which the model's "
                     f"{type(interface).__name__} does not have: it was trained on another base"
                 )
@@ -456,7 +457,7 @@ def apply_adapter(model: nn.Module, adapter_dir: str | Path) -> nn.Module:
             wrapped = PeftModel.from_pretrained(model, str(folder), is_trainable=False)
     except (RuntimeError, ValueError, KeyError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(
+        raise InvalidInputError(
             f"could not apply adapter {folder} ({first}): is it for this base model?"
         ) from e
     load_interface_tensors(model, folder)

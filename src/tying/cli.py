@@ -14,13 +14,14 @@ tying's warnings only, `-v` / `--verbose` its debug lines too (`-vv`: every libr
 flags go before or after the verb (`tying -q train ...`, `tying train ... -q`). A verb prints
 its own results (JSON, "wrote ..." lines) to stdout; progress bars stay on stderr.
 
-One error path for every verb (`main`): bad input (`USER_ERRORS`: a ValueError, which
-includes the project's own `tying.config.ConfigError` and `tying.interface.loss.TokenIdError`,
-a missing or existing file, ...) prints ONE line, `tying VERB: error: ...`, and exits with
-status 2; a failure the library explains itself (an exception with an `exit_status`, e.g. a
-diverged run) prints its message and exits with that status; anything else (IndexError,
-KeyError, NotImplementedError, ...) is a bug: its traceback is printed, then one line, and the
-exit status is 1. `--debug` (or TYING_DEBUG=1) re-raises every error with its traceback.
+One error path for every verb (`main`): bad input (`USER_ERRORS`: a `tying.errors.UserError`,
+which includes `tying.config.ConfigError`, `tying.interface.loss.TokenIdError` and a missing,
+existing or unreadable file the user named) prints ONE line, `tying VERB: error: ...`, and
+exits with status 2; a failure the library explains itself (an exception with an
+`exit_status`, e.g. a diverged run) prints its message and exits with that status; anything
+else (a ValueError or OSError of our own code, IndexError, KeyError, ...) is a bug: its
+traceback is printed, then one line, and the exit status is 1. `--debug` (or TYING_DEBUG=1)
+re-raises every error with its traceback.
 Ctrl-C exits with 130.
 """
 
@@ -38,6 +39,8 @@ import traceback
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import NoReturn, TextIO
+
+from tying.errors import UserError
 
 #: verb -> (module, one-line help). Add one line here per new verb.
 VERBS: dict[str, tuple[str, str]] = {
@@ -92,17 +95,10 @@ VERBS: dict[str, tuple[str, str]] = {
     ),
 }
 
-#: Exceptions that mean "the input was wrong": one line, exit status 2. The project's own user
-#: errors subclass ValueError (`ConfigError`, `TokenIdError`); everything else keeps its
-#: traceback (a bug must not read as bad input).
-USER_ERRORS: tuple[type[BaseException], ...] = (
-    ValueError,
-    FileNotFoundError,
-    FileExistsError,
-    NotADirectoryError,
-    IsADirectoryError,
-    PermissionError,
-)
+#: Exceptions that mean "the input was wrong": one line, exit status 2. Only the project's
+#: `tying.errors.UserError` (`ConfigError`, `TokenIdError`, the user's file errors...): a
+#: ValueError or an OSError of our own code is a bug and keeps its traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (UserError,)
 
 
 #: The global flags of verbosity, before the verb or among its own flags.

@@ -40,6 +40,8 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
+from tying.errors import MissingFileError, UserError, read_text
+
 T = TypeVar("T")
 
 #: Field metadata keys understood here.
@@ -49,8 +51,9 @@ CLI = "cli"  # False: no CLI flag (set by code, or only in YAML)
 CHOICES = "choices"  # a callable (or "module:function") listing the valid values, for --help
 
 
-class ConfigError(ValueError):
-    """A configuration file, override or flag that cannot be applied (bad user input)."""
+class ConfigError(UserError, ValueError):
+    """A configuration file, override or flag that cannot be applied (bad user input: a
+    `tying.errors.UserError`; also a ValueError for callers that catch that)."""
 
 
 # ----------------------------------------------------------------------------- fields
@@ -355,12 +358,12 @@ def _required(f: dataclasses.Field) -> bool:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """The mapping in a YAML config file (ConfigError/FileNotFoundError with a one-line reason)."""
+    """The mapping in a YAML config file (ConfigError/MissingFileError with a one-line reason)."""
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"config file {p} does not exist")
+    if not p.exists():
+        raise MissingFileError(f"config file {p} does not exist")
     try:
-        loaded = yaml.safe_load(p.read_text())
+        loaded = yaml.safe_load(read_text(p, "config file"))
     except yaml.YAMLError as e:
         raise ConfigError(f"{p} is not valid YAML: {str(e).splitlines()[0]}") from None
     loaded = loaded or {}

@@ -22,6 +22,8 @@ from typing import Literal
 
 import torch
 
+from tying.errors import InvalidInputError
+
 #: The precision setting of every verb (options field `precision: Precision = "auto"`).
 Precision = Literal["auto", "bf16", "fp32"]
 PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
@@ -41,9 +43,11 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     try:
         resolved = torch.device(device)
     except RuntimeError as e:
-        raise ValueError(f"unknown device {device!r} ({e}); use auto, cpu or cuda[:N]") from None
+        raise InvalidInputError(
+            f"unknown device {device!r} ({e}); use auto, cpu or cuda[:N]"
+        ) from None
     if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(
+        raise InvalidInputError(
             f"device {str(device)!r} asked for, but CUDA is not available here; use cpu or auto"
         )
     return resolved
@@ -65,7 +69,9 @@ def resolve_precision(precision: str, device: str | torch.device = "cpu") -> str
         ValueError: a precision other than auto, bf16, fp32.
     """
     if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        raise InvalidInputError(
+            f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}"
+        )
     if precision != "auto":
         return precision
     device = torch.device(device)
@@ -99,7 +105,7 @@ def resolve_compile(setting: bool | str, device: str | torch.device, hooks: bool
         ValueError: a setting other than true, false or "auto".
     """
     if setting not in (True, False, "auto"):
-        raise ValueError(f"compile must be true, false or auto, got {setting!r}")
+        raise InvalidInputError(f"compile must be true, false or auto, got {setting!r}")
     if setting != "auto":
         return bool(setting)
     if torch.device(device).type != "cuda" or hooks or os.environ.get("TYING_COMPILE") == "0":

@@ -37,6 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from tying.data.tokenizer import TextTokenizer, load_tokenizer, wrap_tokenizer
+from tying.errors import InvalidInputError, MissingFileError
 from tying.hf import HFCausalLM, from_pretrained, is_converted_folder, load
 from tying.hf.native import load_tokenizer as load_saved_tokenizer
 from tying.hf.state import CONFIG_KEY
@@ -214,7 +215,7 @@ def as_text_tokenizer(tokenizer: Any, name: str) -> TextTokenizer | None:
         return wrap_tokenizer(tokenizer, name)
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if not isinstance(backend, Tokenizer):
-        raise ValueError(
+        raise InvalidInputError(
             f"tokenizer {type(tokenizer).__name__} of {name} has no fast (Rust) backend; save "
             "a tokenizer.json next to the model or pass tokenizer=... (a load_tokenizer spec)"
         )
@@ -321,19 +322,19 @@ def load_for_export(path: str | Path) -> tuple[nn.Module, Any]:
     """
     folder = Path(path).expanduser()
     if not folder.exists():
-        raise FileNotFoundError(f"no such file or folder: {folder}")
+        raise MissingFileError(f"no such file or folder: {folder}")
     if folder.is_dir() and is_converted_folder(folder):
         return from_pretrained(folder), load_saved_tokenizer(folder)
     try:
         resolve_checkpoint(folder)
     except FileNotFoundError:
-        raise ValueError(
+        raise InvalidInputError(
             f"{folder} is neither a converted model folder (config.json with a '{CONFIG_KEY}' "
             "record, as a conversion writes it) nor a training run with checkpoints"
         ) from None
     model, _, cfg, _ = load_trained(folder)
     if not isinstance(model, HFCausalLM):
-        raise ValueError(
+        raise InvalidInputError(
             f"{folder} is a scratch-mode run of tying's own decoder, which has no standard "
             "transformers architecture; save it with tying.hf.TyingForCausalLM.save_pretrained "
             "(loads wherever tying is installed)"

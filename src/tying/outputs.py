@@ -18,15 +18,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tying.errors import ExistingFileError
+
 
 def check_output_folder(path: str | Path, overwrite: bool = False) -> Path:
     """`path` as a Path; FileExistsError when it is a non-empty folder (or a file) and not
     `overwrite`."""
     out = Path(path).expanduser()
     if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out} is a file, not a folder: choose another output folder")
+        raise ExistingFileError(f"{out} is a file, not a folder: choose another output folder")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise FileExistsError(
+        raise ExistingFileError(
             f"{out} is not empty: choose another output folder, or set overwrite to replace it"
         )
     return out

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from tying.errors import InvalidInputError
 from tying.interface.base import SOURCES, TeacherConversion, TokenInterface
 from tying.interface.linalg import check_finite_matrix, cholesky_lower, polar, polar_retraction
 from tying.interface.pit import PseudoInverseTying
@@ -110,16 +111,18 @@ def teacher_factors(
         ValueError: unknown t_init, input_scale <= 0, or a rank-deficient (centred) E0.
     """
     if t_init not in T_INIT_POWER:
-        raise ValueError(f"t_init must be one of {T_INITS}, got {t_init!r}")
+        raise InvalidInputError(f"t_init must be one of {T_INITS}, got {t_init!r}")
     if input_scale is not None and not input_scale > 0:
-        raise ValueError(f"input_scale must be a positive number or None, got {input_scale!r}")
+        raise InvalidInputError(
+            f"input_scale must be a positive number or None, got {input_scale!r}"
+        )
     check_finite_matrix(E0, "the teacher embedding")
     M = E0.detach().to(torch.float64)
     V, d = M.shape
     mu = M.mean(dim=0) if centre else torch.zeros(d, dtype=torch.float64)
     if centre:
         if V <= d:
-            raise ValueError(
+            raise InvalidInputError(
                 f"a centred memory needs V > d (Z^T 1 = 0 leaves V - 1 dimensions), got V={V}, d={d}"
             )
         M = M - mu
@@ -171,9 +174,9 @@ def parse_input_scale(value: float | str | None) -> float | str:
         try:
             value = float(value)
         except ValueError:
-            raise ValueError(bad) from None
+            raise InvalidInputError(bad) from None
     if isinstance(value, bool) or not float(value) > 0:
-        raise ValueError(bad)
+        raise InvalidInputError(bad)
     return float(value)
 
 
@@ -264,11 +267,11 @@ def pit_from_teacher_matrices(
         without calibration text then keeps the closed form).
     """
     if source is not None and source not in SOURCES:
-        raise ValueError(f"source must be one of {SOURCES} or None, got {source!r}")
+        raise InvalidInputError(f"source must be one of {SOURCES} or None, got {source!r}")
     fit = None if t_init is None else ("requested" if t_init == "fit" else None)
     t_init = t_init or DEFAULT_T_INIT
     if t_init not in PIT_INITS:
-        raise ValueError(f"t_init must be one of {PIT_INITS}, got {t_init!r}")
+        raise InvalidInputError(f"t_init must be one of {PIT_INITS}, got {t_init!r}")
     if t_init == "fit":
         fit = fit or "default"
     closed = CLOSED_FORM_T_INIT if t_init == "fit" else t_init

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from tying.conversion.capture import Batch, TeacherCapture
 from tying.conversion.model import ModelParts, parts_of, softcapped
+from tying.errors import InvalidInputError
 from tying.interface.kl import linear_kl_divergence
 from tying.interface.linalg import polar_retraction
 from tying.interface.pit import PseudoInverseTying, activation_inverse
@@ -75,14 +76,14 @@ class FitOptions:
         names = self.parameter_names()
         bad = sorted(set(names) - set(FIT_PARAMETERS))
         if bad or not names:
-            raise ValueError(
+            raise InvalidInputError(
                 f"fit params must be a comma-separated subset of {FIT_PARAMETERS}, got {self.params!r}"
             )
         for name in ("tokens", "batch_windows"):
             if getattr(self, name) < 1:
-                raise ValueError(f"fit {name} must be >= 1, got {getattr(self, name)}")
+                raise InvalidInputError(f"fit {name} must be >= 1, got {getattr(self, name)}")
         if self.check_tokens < 0:
-            raise ValueError(f"fit check_tokens must be >= 0, got {self.check_tokens}")
+            raise InvalidInputError(f"fit check_tokens must be >= 0, got {self.check_tokens}")
 
     def parameter_names(self) -> tuple[str, ...]:
         """The fitted degrees of freedom, in FIT_PARAMETERS order."""
@@ -319,15 +320,21 @@ def _check_fit(
     """(the PIT, the check windows or None, the training windows), or ValueError."""
     pit = parts.interface()
     if not isinstance(pit, PseudoInverseTying):
-        raise ValueError("fit_pit fits PIT conversions: convert the model with tie='pit' first")
+        raise InvalidInputError(
+            "fit_pit fits PIT conversions: convert the model with tie='pit' first"
+        )
     names = options.parameter_names()
     if "gain" in names and not isinstance(getattr(parts.final_norm, "weight", None), Tensor):
-        raise ValueError("this model's final norm has no gain to fit: drop 'gain' from params")
+        raise InvalidInputError(
+            "this model's final norm has no gain to fit: drop 'gain' from params"
+        )
     if "bias" in names and pit.input_bias is None:
-        raise ValueError("'bias' fits the input bias of a centred PIT: convert with centre=True")
+        raise InvalidInputError(
+            "'bias' fits the input bias of a centred PIT: convert with centre=True"
+        )
     check, train = capture.split(options.check_tokens) if options.check_tokens else (None, capture)
     if train.tokens < options.tokens:
-        raise ValueError(
+        raise InvalidInputError(
             f"the fit budget is {options.tokens} tokens but the calibration windows hold "
             f"{train.tokens} after {options.check_tokens} check tokens: give more calibration "
             "text or lower the budget"

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
+from tying.errors import InvalidInputError
 from tying.interface.base import TokenInterface
 
 
@@ -75,7 +76,7 @@ def scale_norm_output_(norm: nn.Module, offset: float, factor: float, owner: str
     """
     weight = getattr(norm, "weight", None)
     if not isinstance(weight, Tensor):
-        raise ValueError(
+        raise InvalidInputError(
             f"the final norm {type(norm).__name__}{owner} has no gain to rescale; "
             "convert without scale correction (input_scale='none')"
         )
@@ -243,7 +244,7 @@ def kind_of(model: nn.Module) -> tuple[ModelKind, nn.Module]:
     for kind in _KINDS:
         if kind.matches(inner):
             return kind, inner
-    raise ValueError(
+    raise InvalidInputError(
         f"{type(inner).__name__} is neither an InterfaceModel (an `interface`, `final_hidden` "
         "and `final_norm`) nor a transformers causal LM (import tying.hf to convert those)"
     )

@@ -46,6 +46,7 @@ from tying.conversion.fit import FitOptions, fit_pit
 from tying.conversion.model import Teacher, kind_of, parts_of
 from tying.conversion.report import ConversionReport
 from tying.conversion.scale import SEARCH_TOKENS, search_input_scale
+from tying.errors import InvalidInputError
 from tying.interface import interface_class, tie_of
 from tying.interface.base import TeacherConversion
 from tying.interface.registry import check_options
@@ -59,7 +60,7 @@ def _vocabulary(tokenizer: Any, V: int) -> tuple[int | None, int | None, list[st
         return None, None, []
     tokenizer_vocab = len(tokenizer)
     if tokenizer_vocab > V:
-        raise ValueError(
+        raise InvalidInputError(
             f"the tokenizer has {tokenizer_vocab} tokens but the embedding has only {V} rows: "
             "ids past row V-1 cannot be embedded; pass the tokenizer that belongs to this model"
         )
@@ -107,7 +108,7 @@ def _build(
         )
     if built.settings.get("gain_factor", 1.0) != 1.0 and not teacher.norm_has_gain:
         if not built.settings.get("search_input_scale"):
-            raise ValueError(
+            raise InvalidInputError(
                 f"input_scale={options.get('input_scale')!r} needs a final-norm gain to keep the "
                 f"head, and this {teacher.family} model's final norm has none: use "
                 "input_scale='none'"
@@ -138,7 +139,7 @@ def _calibration(
             calibration = None
     if settings.get("fit") and not calibration:
         if settings["fit"] == "requested":
-            raise ValueError(
+            raise InvalidInputError(
                 "t_init='fit' fits T to the teacher on calibration text: pass calibration="
                 "[(inputs, targets), ...] windows (tying convert and tying train do), or "
                 f"choose a closed form from {PIT_INITS[:-1]}"

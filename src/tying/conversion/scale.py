@@ -17,6 +17,7 @@ from torch import nn
 
 from tying.conversion.capture import TeacherCapture, step0_kl
 from tying.conversion.model import parts_of
+from tying.errors import InvalidInputError
 
 #: Calibration tokens (the first windows) on which input_scale="auto" is searched.
 SEARCH_TOKENS = 1024
@@ -40,7 +41,7 @@ def scale_pit_input_(model: nn.Module, factor: float) -> None:
     parts = parts_of(model)
     scale_input_ = getattr(parts.interface(), "scale_input_", None)
     if not callable(scale_input_):
-        raise ValueError(
+        raise InvalidInputError(
             "the input scale applies to interfaces that rescale their input (PIT conversions) only"
         )
     scale_input_(factor)

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from tying.data.shards import TokenStore
+from tying.errors import InvalidInputError
 
 
 def num_windows(num_tokens: int, seq_len: int) -> int:
@@ -41,10 +42,10 @@ def num_windows(num_tokens: int, seq_len: int) -> int:
 
 def _check_store(store: TokenStore, seq_len: int, batch_size: int) -> int:
     if seq_len < 1 or batch_size < 1:
-        raise ValueError(f"seq_len and batch_size must be >= 1, got {seq_len}, {batch_size}")
+        raise InvalidInputError(f"seq_len and batch_size must be >= 1, got {seq_len}, {batch_size}")
     n = num_windows(store.num_tokens, seq_len)
     if n < 1:
-        raise ValueError(
+        raise InvalidInputError(
             f"the token store {store.folder} has {store.num_tokens} tokens, fewer than one window "
             f"of seq_len + 1 = {seq_len + 1}; use a shorter seq_len or a larger corpus"
         )
@@ -82,7 +83,7 @@ class WindowSampler:
         world_size: int = 1,
     ) -> None:
         if world_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(
+            raise InvalidInputError(
                 f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}"
             )
         self.num_windows = _check_store(store, seq_len, batch_size)
@@ -164,13 +165,13 @@ class WindowSampler:
             ("num_windows", self.num_windows),
         ):
             if key in state and int(state[key]) != mine:
-                raise ValueError(
+                raise InvalidInputError(
                     f"sampler state has {key}={state[key]}, this sampler has {key}={mine}; resume "
                     "with the same corpus, seq_len and seed as the run that saved it"
                 )
         epoch, position = int(state["epoch"]), int(state["position"])
         if epoch < 0 or not 0 <= position < self.num_windows:
-            raise ValueError(
+            raise InvalidInputError(
                 f"bad sampler state epoch={epoch}, position={position} "
                 f"(num_windows={self.num_windows})"
             )
@@ -209,14 +210,16 @@ def eval_batches(
     """
     n = _check_store(store, seq_len, batch_size)
     if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+        raise InvalidInputError(
+            f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}"
+        )
     if max_tokens is not None:
         if max_tokens < seq_len:
-            raise ValueError(f"max_tokens={max_tokens} is less than one window of {seq_len}")
+            raise InvalidInputError(f"max_tokens={max_tokens} is less than one window of {seq_len}")
         n = min(n, max_tokens // seq_len)
     n -= n % world_size
     if n == 0:
-        raise ValueError(
+        raise InvalidInputError(
             f"{world_size} ranks need at least {world_size} eval windows of "
             f"{seq_len + 1} tokens; the store has {store.num_tokens} tokens"
         )

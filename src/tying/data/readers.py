@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import parse_qsl
 
+from tying.errors import InvalidInputError, MissingFileError
+
 #: Suffixes read as documents (before an optional compression suffix).
 FORMATS: tuple[str, ...] = (".txt", ".jsonl", ".parquet")
 #: Compression suffixes understood on top of `FORMATS`.
@@ -73,7 +75,7 @@ def file_format(path: PathLike) -> tuple[str, str | None]:
         if name.endswith(suffix):
             return suffix, compression
     expected = ", ".join(f"{f}[{'|'.join(COMPRESSIONS)}]" for f in FORMATS)
-    raise ValueError(f"unsupported file type: {path}; expected one of {expected}")
+    raise InvalidInputError(f"unsupported file type: {path}; expected one of {expected}")
 
 
 def _is_supported(path: Path) -> bool:
@@ -95,7 +97,7 @@ def _open_binary(path: Path, compression: str | None) -> IO[bytes]:
 def _check_text(value: Any, where: str, text_field: str) -> str | None:
     if value is None or isinstance(value, str):
         return value
-    raise ValueError(
+    raise InvalidInputError(
         f"{where}: field {text_field!r} holds a {type(value).__name__}, expected a string; "
         "pass text_field=... naming the column that holds the document text"
     )
@@ -107,7 +109,7 @@ def _read_txt(path: Path, compression: str | None) -> Iterator[str]:
     try:
         yield raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(
+        raise InvalidInputError(
             f"{path} is not valid UTF-8 ({e}); convert it to UTF-8 (e.g. with iconv)"
         ) from e
 
@@ -121,10 +123,12 @@ def _read_jsonl(path: Path, compression: str | None, text_field: str) -> Iterato
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not a JSON object ({e}); expected JSON Lines") from e
+                raise InvalidInputError(
+                    f"{where}: not a JSON object ({e}); expected JSON Lines"
+                ) from e
             if not isinstance(row, dict) or text_field not in row:
                 keys = sorted(row) if isinstance(row, dict) else type(row).__name__
-                raise ValueError(
+                raise InvalidInputError(
                     f"{where}: no field {text_field!r} (found {keys}); "
                     "pass text_field=... naming the field that holds the document text"
                 )
@@ -144,7 +148,7 @@ def _read_parquet(path: Path, compression: str | None, text_field: str) -> Itera
             parquet = pq.ParquetFile(pa.BufferReader(f.read()))
     names = parquet.schema_arrow.names
     if text_field not in names:
-        raise ValueError(
+        raise InvalidInputError(
             f"{path}: no column {text_field!r} (found {names}); "
             "pass text_field=... naming the column that holds the document text"
         )
@@ -188,7 +192,9 @@ def _items(source: Source) -> list[PathLike]:
         return [source]
     items = list(source)
     if not items:
-        raise ValueError("empty list of sources; expected at least one path, directory or glob")
+        raise InvalidInputError(
+            "empty list of sources; expected at least one path, directory or glob"
+        )
     return items
 
 
@@ -198,7 +204,7 @@ def _expand(item: PathLike) -> list[Path]:
     if path.is_dir():
         found = [p for p in path.rglob("*") if p.is_file() and _is_supported(p)]
         if not found:
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"no {'/'.join(FORMATS)} files (optionally .gz/.xz) in directory {path}"
             )
         return sorted(found)
@@ -214,11 +220,11 @@ def _expand(item: PathLike) -> list[Path]:
             elif _is_supported(p):
                 found.append(p)
         if not found:
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"glob {text!r} matches no {'/'.join(FORMATS)} files (optionally .gz/.xz)"
             )
         return found
-    raise FileNotFoundError(
+    raise MissingFileError(
         f"corpus path not found: {path}; expected a file ({'/'.join(FORMATS)}, optionally "
         ".gz/.xz), a directory of them, a glob, or 'hf:NAME' (the default corpus lives under "
         "$TYING_DATA_DIR, default ../shared/data beside the repository)"
@@ -244,7 +250,7 @@ def resolve_files(source: Source) -> list[Path]:
     items = _items(source)
     for item in items:
         if is_hf_source(item):
-            raise ValueError(
+            raise InvalidInputError(
                 f"{item!r} is a Hugging Face dataset, not a file path; "
                 "pass it alone to iter_documents (it cannot be mixed with files)"
             )
@@ -289,7 +295,7 @@ def parse_hf_spec(spec: str) -> HFSpec:
         ValueError: the spec has no dataset name.
     """
     if not is_hf_source(spec):
-        raise ValueError(f"not a Hugging Face source: {spec!r}; expected 'hf:NAME[:CONFIG]'")
+        raise InvalidInputError(f"not a Hugging Face source: {spec!r}; expected 'hf:NAME[:CONFIG]'")
     body = spec[len(HF_PREFIX) :]
     body, _, query = body.partition("?")
     kwargs: dict[str, Any] = {}
@@ -303,7 +309,7 @@ def parse_hf_spec(spec: str) -> HFSpec:
     body, at, split = body.partition("@")
     name, _, config = body.partition(":")
     if not name:
-        raise ValueError(
+        raise InvalidInputError(
             f"no dataset name in {spec!r}; expected 'hf:NAME[:CONFIG][@SPLIT][?KEY=VALUE]', "
             "e.g. 'hf:HuggingFaceFW/fineweb-edu:sample-10BT'"
         )
@@ -327,13 +333,13 @@ def load_hf_dataset(spec: str | HFSpec) -> Any:
 def _iter_dataset(dataset: Iterable[dict[str, Any]], text_field: str, where: str) -> Iterator[str]:
     columns = getattr(dataset, "column_names", None)
     if columns is not None and text_field not in columns:
-        raise ValueError(
+        raise InvalidInputError(
             f"{where}: no column {text_field!r} (found {columns}); "
             "pass text_field=... naming the column that holds the document text"
         )
     for row in dataset:
         if text_field not in row:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{where}: no column {text_field!r} (found {sorted(row)}); "
                 "pass text_field=... naming the column that holds the document text"
             )
@@ -400,7 +406,7 @@ def describe_source(source: Source, text_field: str = "text") -> SourceInfo:
         FileNotFoundError: a path matches nothing.
     """
     if _is_hf_dataset(source):
-        raise ValueError(
+        raise InvalidInputError(
             "a datasets object has no stable fingerprint; pass a path or an 'hf:...' spec"
         )
     hf = is_hf_source(source)

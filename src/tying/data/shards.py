@@ -33,6 +33,7 @@ import numpy as np
 
 from tying.data.readers import Source, SourceInfo, describe_source, iter_documents
 from tying.data.tokenizer import TextTokenizer, load_tokenizer
+from tying.errors import InvalidInputError, MissingFileError
 from tying.outputs import write_text_atomic
 
 #: Version of the shard layout and manifest; a cache built with another version is rebuilt.
@@ -52,7 +53,7 @@ def token_dtype(vocab_size: int) -> np.dtype:
         return np.dtype("<u2")
     if vocab_size <= 2**32:
         return np.dtype("<u4")
-    raise ValueError(f"vocab_size {vocab_size} does not fit in uint32 token shards")
+    raise InvalidInputError(f"vocab_size {vocab_size} does not fit in uint32 token shards")
 
 
 # --------------------------------------------------------------------------- manifest
@@ -124,7 +125,7 @@ class Manifest:
         """
         path = Path(folder) / MANIFEST_NAME
         if not path.is_file():
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"no {MANIFEST_NAME} in {folder}: not a token shard folder, or its build did not "
                 "finish; build it with tying.data.build_shards / ensure_shards "
                 "(CLI: `tying tokenize`)"
@@ -133,11 +134,11 @@ class Manifest:
             data = json.loads(path.read_text(encoding="utf-8"))
             manifest = cls.from_dict(data)
         except (json.JSONDecodeError, TypeError) as e:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{path} is not a valid shard manifest ({e}); rebuild the shards"
             ) from e
         if manifest.format_version != FORMAT_VERSION:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{path} has format version {manifest.format_version}, this code reads "
                 f"{FORMAT_VERSION}; rebuild the shards"
             )
@@ -289,11 +290,11 @@ def build_shards(
     from tqdm.auto import tqdm
 
     if shard_tokens < 1 or batch_docs < 1:
-        raise ValueError(
+        raise InvalidInputError(
             f"shard_tokens and batch_docs must be >= 1, got {shard_tokens}, {batch_docs}"
         )
     if max_documents is not None and max_documents < 1:
-        raise ValueError(f"max_documents must be >= 1 or None, got {max_documents}")
+        raise InvalidInputError(f"max_documents must be >= 1 or None, got {max_documents}")
     tok = load_tokenizer(tokenizer)
     info: SourceInfo = describe_source(source, text_field)  # raises early for a missing path
     folder = Path(out_dir)
@@ -328,7 +329,7 @@ def build_shards(
     finally:
         bar.close()
     if documents == 0:
-        raise ValueError(f"source {info.description} holds no non-empty document")
+        raise InvalidInputError(f"source {info.description} holds no non-empty document")
     manifest = Manifest(
         format_version=FORMAT_VERSION,
         tokenizer={
@@ -357,7 +358,7 @@ def _write_encoded(
 ) -> int:
     tokens = _join_with_eos(ids, tok.eos_id)
     if tokens.size and int(tokens.max()) >= tok.vocab_size:  # a tokenizer bug, never data
-        raise ValueError(
+        raise InvalidInputError(
             f"tokenizer {tok.name} produced id {int(tokens.max())} >= its "
             f"vocab_size {tok.vocab_size}"
         )
@@ -462,7 +463,7 @@ def ensure_shards(
         folder = Path(str(source)).expanduser()
         made_with = Manifest.load(folder).tokenizer
         if made_with.get("hash") != tok.hash:
-            raise ValueError(
+            raise InvalidInputError(
                 f"the shards in {folder} were made with tokenizer {made_with.get('name')!r}, not "
                 f"{tok.name!r}: tokenize the text again with tokenizer "
                 f"{tok.name!r}, or point at the text itself"
@@ -520,12 +521,12 @@ class TokenStore:
         for shard in self._shards:
             path = folder / shard["file"]
             if not path.is_file():
-                raise FileNotFoundError(
+                raise MissingFileError(
                     f"shard {path} listed in the manifest is missing; rebuild the shards"
                 )
             size = path.stat().st_size
             if size != shard["tokens"] * self.dtype.itemsize:
-                raise ValueError(
+                raise InvalidInputError(
                     f"shard {path} has {size} bytes, the manifest expects {shard['tokens']} "
                     f"tokens × {self.dtype.itemsize} bytes; it was truncated or modified, "
                     "rebuild the shards"
@@ -537,7 +538,7 @@ class TokenStore:
         self._verified = [False] * len(self._shards)
         for shard in self._shards:
             if shard["max_id"] >= self.vocab_size:
-                raise ValueError(self._bad_id_message(shard, shard["max_id"]))
+                raise InvalidInputError(self._bad_id_message(shard, shard["max_id"]))
 
     @property
     def vocab_size(self) -> int:
@@ -565,9 +566,9 @@ class TokenStore:
         data, shard = self._maps[index], self._shards[index]
         max_id = max(int(data[i : i + _SCAN_CHUNK].max()) for i in range(0, len(data), _SCAN_CHUNK))
         if max_id >= self.vocab_size:
-            raise ValueError(self._bad_id_message(shard, max_id))
+            raise InvalidInputError(self._bad_id_message(shard, max_id))
         if max_id != shard["max_id"]:
-            raise ValueError(
+            raise InvalidInputError(
                 f"shard {self.folder / shard['file']} differs from its manifest (largest id "
                 f"{max_id}, recorded {shard['max_id']}); it was modified: rebuild the shards"
             )
@@ -647,14 +648,14 @@ def open_shards(
             allow_padded_vocab and expected_vocab_size > manifest.vocab_size
         )
         if not ok:
-            raise ValueError(
+            raise InvalidInputError(
                 f"vocabulary mismatch: the token shards in {folder} were made with tokenizer "
                 f"{tok.get('name')!r} (vocab_size {manifest.vocab_size}), the model has "
                 f"vocab_size {expected_vocab_size}; use the model's own tokenizer, or re-tokenize "
                 "the corpus with it"
             )
     if expected_tokenizer_hash is not None and expected_tokenizer_hash != tok.get("hash"):
-        raise ValueError(
+        raise InvalidInputError(
             f"tokenizer mismatch: the token shards in {folder} were made with tokenizer "
             f"{tok.get('name')!r} (hash {str(tok.get('hash'))[:12]}…), expected hash "
             f"{expected_tokenizer_hash[:12]}…; re-tokenize the corpus with the model's tokenizer"

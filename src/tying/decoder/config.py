@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from tying.errors import InvalidInputError
 from tying.interface.pit import DIAG_ACTIVATIONS
 from tying.interface.registry import check_interface_options, interface_options, ties
 
@@ -75,10 +76,10 @@ class ModelConfig:
         for name in ("vocab_size", "d_model", "n_layers", "head_dim", "max_seq_len"):
             _check_positive_int(name, getattr(self, name))
         if self.head_dim % 2:
-            raise ValueError(f"head_dim must be even (rotary pairs), got {self.head_dim}")
+            raise InvalidInputError(f"head_dim must be even (rotary pairs), got {self.head_dim}")
         if self.n_heads is None:
             if self.d_model % self.head_dim:
-                raise ValueError(
+                raise InvalidInputError(
                     f"d_model={self.d_model} is not divisible by head_dim={self.head_dim}: "
                     "choose a d_model that is a multiple of head_dim, or set head_dim and n_heads "
                     "with n_heads * head_dim == d_model"
@@ -86,7 +87,7 @@ class ModelConfig:
             self.n_heads = self.d_model // self.head_dim
         _check_positive_int("n_heads", self.n_heads)
         if self.n_heads * self.head_dim != self.d_model:
-            raise ValueError(
+            raise InvalidInputError(
                 f"n_heads * head_dim must equal d_model, got {self.n_heads} * {self.head_dim} "
                 f"= {self.n_heads * self.head_dim} != {self.d_model}"
             )
@@ -94,7 +95,7 @@ class ModelConfig:
             self.n_kv_heads = max(1, self.n_heads // 4)
         _check_positive_int("n_kv_heads", self.n_kv_heads)
         if self.n_heads % self.n_kv_heads:
-            raise ValueError(
+            raise InvalidInputError(
                 f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}: "
                 "set n_kv_heads to a divisor of n_heads"
             )
@@ -102,28 +103,28 @@ class ModelConfig:
             self.d_ff = swiglu_width(self.d_model)
         _check_positive_int("d_ff", self.d_ff)
         if self.norm not in NORMS:
-            raise ValueError(f"norm must be one of {NORMS}, got {self.norm!r}")
+            raise InvalidInputError(f"norm must be one of {NORMS}, got {self.norm!r}")
         if self.tie not in ties():
-            raise ValueError(f"tie must be one of {ties()}, got {self.tie!r}")
+            raise InvalidInputError(f"tie must be one of {ties()}, got {self.tie!r}")
         for name in ("norm_eps", "rope_theta", "init_std"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+                raise InvalidInputError(f"{name} must be a positive finite number, got {value!r}")
         if not math.isfinite(self.input_grad_scale):
-            raise ValueError(f"input_grad_scale must be finite, got {self.input_grad_scale}")
+            raise InvalidInputError(f"input_grad_scale must be finite, got {self.input_grad_scale}")
         if self.pit_diag_activation not in DIAG_ACTIVATIONS:
-            raise ValueError(
+            raise InvalidInputError(
                 f"pit_diag_activation must be one of {DIAG_ACTIVATIONS}, got {self.pit_diag_activation!r}"
             )
         if self.pit_diag_clamp is not None:
             clamp = tuple(float(v) for v in self.pit_diag_clamp)
             if len(clamp) != 2 or not (0 < clamp[0] < clamp[1]):
-                raise ValueError(
+                raise InvalidInputError(
                     f"pit_diag_clamp must be (min, max) with 0 < min < max, got {self.pit_diag_clamp!r}"
                 )
             self.pit_diag_clamp = clamp  # type: ignore[assignment]
         if self.tie == "pit" and self.vocab_size < self.d_model:
-            raise ValueError(
+            raise InvalidInputError(
                 f"tie='pit' needs vocab_size >= d_model (Z has orthonormal columns), "
                 f"got V={self.vocab_size} < d={self.d_model}"
             )
@@ -153,7 +154,7 @@ class ModelConfig:
         names = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(data) - set(names))
         if unknown:
-            raise ValueError(f"unknown ModelConfig keys {unknown}; valid keys are {names}")
+            raise InvalidInputError(f"unknown ModelConfig keys {unknown}; valid keys are {names}")
         values = dict(data)
         if values.get("pit_diag_clamp") is not None:
             values["pit_diag_clamp"] = tuple(values["pit_diag_clamp"])
@@ -162,4 +163,4 @@ class ModelConfig:
 
 def _check_positive_int(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")

@@ -51,6 +51,7 @@ import torch
 
 from tying.config import positional
 from tying.devices import Precision, resolve_device, resolve_precision
+from tying.errors import InvalidInputError
 from tying.evaluation.stats import wilson_interval
 from tying.evaluation.tasks import TASKS, seeded_subset
 from tying.outputs import check_output_folder, output_folder, write_text_atomic
@@ -129,10 +130,10 @@ def parse_tasks(tasks: Sequence[str] | str) -> tuple[str, ...]:
     parts = [tasks] if isinstance(tasks, str) else list(tasks)
     names = [n.strip().lower() for part in parts for n in str(part).split(",") if n.strip()]
     if not names:
-        raise ValueError(f"no task given: choose among {', '.join(TASKS)}")
+        raise InvalidInputError(f"no task given: choose among {', '.join(TASKS)}")
     unknown = [n for n in names if n not in TASKS]
     if unknown:
-        raise ValueError(f"unknown task {unknown[0]!r}: choose among {', '.join(TASKS)}")
+        raise InvalidInputError(f"unknown task {unknown[0]!r}: choose among {', '.join(TASKS)}")
     return tuple(dict.fromkeys(names))
 
 
@@ -144,30 +145,32 @@ def check_options(options: EvaluateOptions) -> tuple[str, ...]:
     """
     tasks = parse_tasks(options.tasks)
     if options.limit is not None and (isinstance(options.limit, bool) or int(options.limit) < 1):
-        raise ValueError(
+        raise InvalidInputError(
             f"limit must be a positive number of items, got {options.limit}; omit it to "
             "evaluate every item"
         )
     if int(options.batch_size) < 1:
-        raise ValueError(f"batch size must be >= 1, got {options.batch_size}")
+        raise InvalidInputError(f"batch size must be >= 1, got {options.batch_size}")
     if options.max_new_tokens is not None and int(options.max_new_tokens) < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {options.max_new_tokens}")
+        raise InvalidInputError(f"max_new_tokens must be >= 1, got {options.max_new_tokens}")
     if options.num_fewshot is not None and int(options.num_fewshot) < 0:
-        raise ValueError(f"num_fewshot must be >= 0, got {options.num_fewshot}")
+        raise InvalidInputError(f"num_fewshot must be >= 0, got {options.num_fewshot}")
     if not (isinstance(options.code_timeout_s, (int, float)) and options.code_timeout_s > 0):
-        raise ValueError(
+        raise InvalidInputError(
             f"code timeout must be a positive number of seconds, got {options.code_timeout_s!r}"
         )
     if not math.isfinite(float(options.code_timeout_s)):
-        raise ValueError(f"code timeout must be finite, got {options.code_timeout_s!r}")
+        raise InvalidInputError(f"code timeout must be finite, got {options.code_timeout_s!r}")
     if not options.generate and not options.reference_loglik:
-        raise ValueError(
+        raise InvalidInputError(
             "generate and reference_loglik are both off: nothing to evaluate; keep one of them"
         )
     resolve_precision(options.precision)  # validates it
     out = Path(options.out).expanduser()
     if out.exists() and not out.is_dir():
-        raise ValueError(f"the output folder {out} is a file: give a folder for {RESULTS_FILE}")
+        raise InvalidInputError(
+            f"the output folder {out} is a file: give a folder for {RESULTS_FILE}"
+        )
     check_output_folder(out, options.overwrite)
     return tasks
 

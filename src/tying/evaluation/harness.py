@@ -35,6 +35,7 @@ from lm_eval.models.huggingface import HFLM
 
 from tying import devices
 from tying._compat import moved_attribute
+from tying.errors import InvalidInputError
 from tying.evaluation.continuation_logits import ContinuationWindows, Request
 from tying.evaluation.generate import eos_ids_of, forward_parameters, greedy_generate
 from tying.evaluation.loading import EvalModel, apply_adapter, load_for_evaluation, parse_dtype
@@ -128,7 +129,7 @@ class TyingLM(HFLM):
         if pretrained is None:
             run_device = devices.resolve_device(device)
             if spec is None:
-                raise ValueError(
+                raise InvalidInputError(
                     "the tying model needs spec=... (a run, checkpoint, model folder, .gguf file "
                     "or 'smollm2') or an instantiated model"
                 )
@@ -137,7 +138,7 @@ class TyingLM(HFLM):
             )
         else:
             if tokenizer is None:
-                raise ValueError(
+                raise InvalidInputError(
                     "an instantiated model needs its tokenizer: pass tokenizer=... as well"
                 )
             model = pretrained if adapter is None else apply_adapter(pretrained, adapter)

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from tying.errors import InvalidInputError
 from tying.evaluation.answers import answers_match, extract_code, extract_number
 from tying.evaluation.sandbox import run_program
 from tying.evaluation.tasks import FILES, TASKS, TaskItem, load_task, program_for
@@ -98,7 +99,9 @@ def _timeout(metadata: dict[str, Any]) -> float:
     except (TypeError, ValueError):
         timeout = float("nan")
     if not timeout > 0:
-        raise ValueError(f"code_timeout_s must be a positive number of seconds, got {value!r}")
+        raise InvalidInputError(
+            f"code_timeout_s must be a positive number of seconds, got {value!r}"
+        )
     return timeout
 
 
@@ -148,7 +151,7 @@ def task_dataset(task: str, code_timeout_s: float = DEFAULT_CODE_TIMEOUT_S) -> A
         FileNotFoundError: a missing file.
     """
     if task not in SPLITS:
-        raise ValueError(f"unknown task {task!r}: choose one of {', '.join(TASKS)}")
+        raise InvalidInputError(f"unknown task {task!r}: choose one of {', '.join(TASKS)}")
     timeout = _timeout({"code_timeout_s": code_timeout_s})
     return _cached_dataset(task, timeout, _files_key(task))
 

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from tying.adapters import apply_adapter, causal_lm_of, check_adapter_base, read_adapter_config
+from tying.errors import InvalidInputError
 from tying.hf.native import hf_tokenizer_of  # re-exported
 from tying.loader import load_any
 
@@ -84,7 +85,7 @@ def parse_dtype(value: str | torch.dtype) -> torch.dtype:
         return value
     key = str(value).lower().removeprefix("torch.")
     if key not in DTYPES:
-        raise ValueError(f"unknown dtype {value!r}: use one of {', '.join(DTYPES)}")
+        raise InvalidInputError(f"unknown dtype {value!r}: use one of {', '.join(DTYPES)}")
     return DTYPES[key]
 
 
@@ -115,7 +116,7 @@ def load_for_evaluation(
         read_adapter_config(adapter)  # fail on a bad adapter before the (slow) model load
     loaded = load_any(spec, parse_dtype(dtype))
     if loaded.tokenizer is None:
-        raise ValueError(
+        raise InvalidInputError(
             f"model {spec} has no tokenizer: save one beside it (tokenizer.json, e.g. with "
             "tokenizer.save_pretrained) or evaluate a folder that has one"
         )

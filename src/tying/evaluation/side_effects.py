@@ -48,6 +48,7 @@ from tying.config import positional, to_dict
 from tying.data.batches import eval_batches
 from tying.data.corpus import default_validation_source, prepare_store
 from tying.devices import Precision, autocast_for, resolve_device, resolve_precision
+from tying.errors import InvalidInputError, MissingFileError
 from tying.evaluation.divergence import compare_chunks
 from tying.evaluation.stats import mcnemar_exact, paired_bootstrap
 from tying.lens.data import eval_window_count, window_batches
@@ -157,23 +158,25 @@ def check_options(options: SideEffectsOptions) -> tuple[str, ...] | None:
     )
     for name in positive:
         if int(getattr(options, name)) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(options, name)}")
+            raise InvalidInputError(f"{name} must be >= 1, got {getattr(options, name)}")
     if options.max_tokens < 0 or options.lens_tokens < 0:
-        raise ValueError("max_tokens and lens_tokens must be >= 0 (0: the whole text / no lens)")
+        raise InvalidInputError(
+            "max_tokens and lens_tokens must be >= 0 (0: the whole text / no lens)"
+        )
     if 0 < options.max_tokens < options.seq_len:
-        raise ValueError(
+        raise InvalidInputError(
             f"max_tokens={options.max_tokens} is less than one window of seq_len="
             f"{options.seq_len}: raise max_tokens or lower seq_len"
         )
     if 0 < options.lens_tokens < options.seq_len:
-        raise ValueError(
+        raise InvalidInputError(
             f"lens_tokens={options.lens_tokens} is less than one window of seq_len="
             f"{options.seq_len}: raise lens_tokens, or 0 for no lens"
         )
     if not options.texts:
-        raise ValueError(f"give at least one text (texts), e.g. {' '.join(DEFAULT_TEXTS)}")
+        raise InvalidInputError(f"give at least one text (texts), e.g. {' '.join(DEFAULT_TEXTS)}")
     if options.limit is not None and (isinstance(options.limit, bool) or options.limit < 1):
-        raise ValueError(
+        raise InvalidInputError(
             f"limit must be a positive number of items, got {options.limit}; omit it to "
             "evaluate every item"
         )
@@ -197,12 +200,12 @@ def text_sources(texts: list[str]) -> dict[str, Path]:
             path = Path(text).expanduser()
             name = safe_name(path.name.split(".")[0])
         if not path.is_file():
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"text {text!r}: {path} not found; name one of {', '.join(NAMED_TEXTS)} (read "
                 "from TYING_DATA_DIR) or give an existing file"
             )
         if name in sources:
-            raise ValueError(f"two texts are named {name!r}: rename one of the files")
+            raise InvalidInputError(f"two texts are named {name!r}: rename one of the files")
         sources[name] = path
     return sources
 
@@ -226,12 +229,12 @@ def load_pair(options: SideEffectsOptions) -> _Pair:
     updated = load_any(options.updated)
     for spec, loaded in ((options.base, base), (options.updated, updated)):
         if loaded.tokenizer is None:
-            raise ValueError(
+            raise InvalidInputError(
                 f"model {spec} has no tokenizer: save one beside it (tokenizer.json) or compare "
                 "folders that have one"
             )
     if base.tokenizer.hash != updated.tokenizer.hash or base.vocab_size != updated.vocab_size:
-        raise ValueError(
+        raise InvalidInputError(
             f"{options.base} and {options.updated} do not share a tokenizer and vocabulary "
             f"(V = {base.vocab_size} vs {updated.vocab_size}): side effects compare two versions "
             "of one model"
@@ -460,10 +463,10 @@ def compare_results(
     for task, entry_b in base["tasks"].items():
         entry_u = updated["tasks"].get(task)
         if entry_u is None:
-            raise ValueError(f"{task} was evaluated for the base model only: evaluate both")
+            raise InvalidInputError(f"{task} was evaluated for the base model only: evaluate both")
         items_b, items_u = entry_b["items"], entry_u["items"]
         if [i["id"] for i in items_b] != [i["id"] for i in items_u]:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{task}: the two evaluations scored different items: use the same limit and seed"
             )
         test = mcnemar_exact([i["correct"] for i in items_b], [i["correct"] for i in items_u])

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from tying.errors import InvalidInputError, MissingFileError
 from tying.evaluation.answers import normalize_number, reference_answer_gsm8k
 from tying.paths import bench_dir
 
@@ -120,22 +121,22 @@ def load_task(
         FileNotFoundError: the task's file is missing.
     """
     if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}: choose one of {', '.join(TASKS)}")
+        raise InvalidInputError(f"unknown task {name!r}: choose one of {', '.join(TASKS)}")
     if split not in SPLITS[name]:
-        raise ValueError(
+        raise InvalidInputError(
             f"task {name} has no split {split!r}: choose one of {', '.join(SPLITS[name])}"
         )
     if name == "mbpp":
         shots = 3 if num_fewshot is None else num_fewshot
         if not 0 <= shots <= len(MBPP_FEWSHOT_IDS):
-            raise ValueError(f"num_fewshot for mbpp must be 0 to 3, got {num_fewshot}")
+            raise InvalidInputError(f"num_fewshot for mbpp must be 0 to 3, got {num_fewshot}")
     elif num_fewshot:
-        raise ValueError(
+        raise InvalidInputError(
             f"num_fewshot is for mbpp only (fixed examples); got {num_fewshot} for {name}"
         )
     path = Path(root if root is not None else bench_dir()) / FILES[name][split]
     if not path.is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{path} not found: set TYING_BENCH_DIR (or TYING_DATA_DIR) to the folder holding "
             "gsm8k/, svamp/, mbpp/ and humaneval/"
         )
@@ -156,7 +157,7 @@ def prompt_text(task: str, record: Mapping[str, Any]) -> str:
         return MBPP_TEMPLATE.format(text=record["text"], tests="\n".join(record["test_list"][:3]))
     if task == "humaneval":
         return str(record["prompt"])
-    raise ValueError(f"unknown task {task!r}: choose one of {', '.join(TASKS)}")
+    raise InvalidInputError(f"unknown task {task!r}: choose one of {', '.join(TASKS)}")
 
 
 def program_for(item: TaskItem, completion: str) -> str:
@@ -170,7 +171,7 @@ def program_for(item: TaskItem, completion: str) -> str:
         ValueError: the item is not a code task.
     """
     if item.tests is None:
-        raise ValueError(
+        raise InvalidInputError(
             f"{item.id} is answered by a number, not a program: compare with answers_match"
         )
     if item.task == "humaneval":
@@ -196,10 +197,10 @@ def seeded_subset(items: Sequence[ItemT], n: int, seed: int = 0) -> list[ItemT]:
         ValueError: n < 1 (e.g. ``--limit 0``) or duplicate ids.
     """
     if n < 1:
-        raise ValueError(f"a subset needs at least 1 item (limit must be >= 1), got {n}")
+        raise InvalidInputError(f"a subset needs at least 1 item (limit must be >= 1), got {n}")
     ids = [item.id for item in items]
     if len(set(ids)) != len(ids):
-        raise ValueError("items must have unique ids to draw a seeded subset")
+        raise InvalidInputError("items must have unique ids to draw a seeded subset")
     ranked = sorted(ids, key=lambda i: hashlib.sha256(f"{seed}:{i}".encode()).digest())
     chosen = set(ranked[:n])
     return [item for item in items if item.id in chosen]
@@ -217,9 +218,9 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
                 if line.strip():
                     records.append((number, _parse(line, f"{path}:{number}")))
     except (OSError, UnicodeDecodeError, EOFError) as error:
-        raise ValueError(f"{path}: cannot be read ({error}); replace the file") from error
+        raise InvalidInputError(f"{path}: cannot be read ({error}); replace the file") from error
     if not records:
-        raise ValueError(f"{path}: holds no records; replace the file")
+        raise InvalidInputError(f"{path}: holds no records; replace the file")
     return records
 
 
@@ -227,10 +228,10 @@ def _read_json_list(path: Path) -> list[tuple[int, dict[str, Any]]]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: cannot be read ({error}); replace the file") from error
+        raise InvalidInputError(f"{path}: cannot be read ({error}); replace the file") from error
     data = _parse(text, str(path), kind=list)
     if not data:
-        raise ValueError(f"{path}: holds no records; replace the file")
+        raise InvalidInputError(f"{path}: holds no records; replace the file")
     return list(enumerate(data, start=1))
 
 
@@ -238,16 +239,20 @@ def _parse(text: str, where: str, kind: type = dict) -> Any:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as error:
-        raise ValueError(f"{where}: not valid JSON ({error.msg}); replace the file") from error
+        raise InvalidInputError(
+            f"{where}: not valid JSON ({error.msg}); replace the file"
+        ) from error
     if not isinstance(value, kind):
-        raise ValueError(f"{where}: expected a JSON {kind.__name__}, got {type(value).__name__}")
+        raise InvalidInputError(
+            f"{where}: expected a JSON {kind.__name__}, got {type(value).__name__}"
+        )
     return value
 
 
 def _field(record: Any, name: str, kinds: type | tuple[type, ...], where: str) -> Any:
     if not isinstance(record, dict) or not isinstance(record.get(name), kinds):
         names = kinds.__name__ if isinstance(kinds, type) else "/".join(k.__name__ for k in kinds)
-        raise ValueError(
+        raise InvalidInputError(
             f"{where}: field {name!r} missing or not a {names}; is this the right file?"
         )
     return record[name]
@@ -267,7 +272,7 @@ def _gsm8k_item(entry: tuple[int, dict[str, Any]], split: str, index: int, path:
     try:
         answer = reference_answer_gsm8k(solution)
     except ValueError as error:
-        raise ValueError(f"{where}: {error}") from error
+        raise InvalidInputError(f"{where}: {error}") from error
     return TaskItem(
         id=f"gsm8k/{split}/{index}",
         task="gsm8k",
@@ -286,7 +291,7 @@ def _svamp_item(entry: tuple[int, Any], path: Path) -> TaskItem:
         _field(record, name, str, where)
     answer = normalize_number(_field(record, "Answer", (int, float), where))
     if answer is None:
-        raise ValueError(f"{where}: field 'Answer' is not a finite number")
+        raise InvalidInputError(f"{where}: field 'Answer' is not a finite number")
     return TaskItem(
         id=f"svamp/{record['ID']}",
         task="svamp",
@@ -306,18 +311,20 @@ def _mbpp_items(
         where = f"{path}:{line}"
         task_id = _field(record, "task_id", int, where)
         if task_id in by_id:
-            raise ValueError(f"{where}: task_id {task_id} appears twice; replace the file")
+            raise InvalidInputError(f"{where}: task_id {task_id} appears twice; replace the file")
         _field(record, "text", str, where)
         _field(record, "code", str, where)
         tests = _field(record, "test_list", list, where)
         if not tests or not all(isinstance(t, str) for t in tests):
-            raise ValueError(f"{where}: field 'test_list' must be a non-empty list of strings")
+            raise InvalidInputError(
+                f"{where}: field 'test_list' must be a non-empty list of strings"
+            )
         if not isinstance(record.get("test_setup_code", ""), str):
-            raise ValueError(f"{where}: field 'test_setup_code' must be a string")
+            raise InvalidInputError(f"{where}: field 'test_setup_code' must be a string")
         by_id[task_id] = record
     missing = [i for i in MBPP_FEWSHOT_IDS[:shots] if i not in by_id]
     if missing:
-        raise ValueError(f"{path}: few-shot tasks {missing} are missing; use num_fewshot=0")
+        raise InvalidInputError(f"{path}: few-shot tasks {missing} are missing; use num_fewshot=0")
     low, high = MBPP_SPLIT_IDS[split]
     items = []
     for task_id in sorted(i for i in by_id if low <= i <= high):

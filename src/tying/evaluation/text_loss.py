@@ -15,6 +15,7 @@ import torch
 from tying.config import positional
 from tying.data.corpus import default_validation_source, prepare_store, resolve_source
 from tying.devices import Precision, autocast_for, resolve_device, resolve_precision
+from tying.errors import InvalidInputError
 from tying.loader import load_any
 from tying.train.evaluate import evaluate
 
@@ -66,17 +67,17 @@ def evaluate_text(options: EvalOptions) -> dict[str, Any]:
             is too short; FileNotFoundError: the spec or the text does not exist.
     """
     if options.batch_size < 1 or (options.seq_len is not None and options.seq_len < 2):
-        raise ValueError("batch_size must be >= 1 and seq_len >= 2")
+        raise InvalidInputError("batch_size must be >= 1 and seq_len >= 2")
     device = resolve_device(options.device)
     loaded = load_any(options.spec, tokenizer=options.tokenizer)
     bad = nonfinite_tensors(loaded.model)
     if bad:
-        raise ValueError(
+        raise InvalidInputError(
             f"{options.spec} holds non-finite values in {len(bad)} tensor(s), first {bad[0]}: "
             "evaluate an earlier checkpoint (checkpoints/step-N)"
         )
     if loaded.tokenizer is None:
-        raise ValueError(
+        raise InvalidInputError(
             f"{options.spec} has no tokenizer: set tokenizer (a tokenizer name or folder)"
         )
     run_cfg = getattr(loaded, "train_config", None)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tying.config import ConfigError, lift_moved_keys, to_dict
+from tying.errors import MissingFileError, read_json
 from tying.experiment.config import ExperimentConfig, RunSpec
 from tying.outputs import write_text_atomic
 from tying.train import checkpoint as ckpt
@@ -95,8 +96,8 @@ def read_done(run_dir: str | Path) -> dict[str, Any]:
     """The DONE.json marker of a finished run."""
     path = Path(run_dir) / DONE_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: the run has not finished (run the grid)")
-    return json.loads(path.read_text())
+        raise MissingFileError(f"{path} does not exist: the run has not finished (run the grid)")
+    return read_json(path, "run marker")
 
 
 def _check_same_config(run_dir: Path, cfg: TrainConfig, keys: set[str]) -> None:

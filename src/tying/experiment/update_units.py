@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tying.errors import InvalidInputError, MissingFileError, read_json
 from tying.experiment.config import ExperimentConfig
 
 #: Each secondary metric's kind: "log" (a log ratio, reported as a ratio) or "nats".
@@ -41,8 +42,8 @@ LOG, NATS = "log", "nats"
 
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: run the experiment's update stage")
-    return json.loads(path.read_text())
+        raise MissingFileError(f"{path} does not exist: run the experiment's update stage")
+    return read_json(path)
 
 
 def _val_loss_at(run_dir: Path, step: int) -> float:
@@ -52,7 +53,7 @@ def _val_loss_at(run_dir: Path, step: int) -> float:
         row = json.loads(line)
         if row.get("step") == step and row.get("val_loss") is not None:
             return float(row["val_loss"])
-    raise ValueError(
+    raise InvalidInputError(
         f"{path} has no validation loss at step {step}: set train.eval_every to divide "
         "checkpoint_every so that every checkpoint has one"
     )
@@ -129,11 +130,11 @@ def matched_loss_point(records: Sequence[dict[str, Any]], control: str, treatmen
     for label in (control, treatment):
         losses = [r["base_loss"] for r in records if r["label"] == label]
         if not losses:
-            raise ValueError(f"no base of interface {label!r}")
+            raise InvalidInputError(f"no base of interface {label!r}")
         ranges.append((min(losses), max(losses)))
     low, high = max(ranges[0][0], ranges[1][0]), min(ranges[0][1], ranges[1][1])
     if low > high:
-        raise ValueError(
+        raise InvalidInputError(
             f"the base losses of {control} ({ranges[0][0]:.3f}-{ranges[0][1]:.3f}) and "
             f"{treatment} ({ranges[1][0]:.3f}-{ranges[1][1]:.3f}) do not overlap: no matched "
             "loss; checkpoint the runs earlier or train them longer"

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from tying.config import from_dict
+from tying.errors import MissingFileError
 from tying.experiment.config import ExperimentConfig, RunSpec
 
 log = logging.getLogger(__name__)
@@ -94,13 +95,13 @@ def update_bases(cfg: ExperimentConfig) -> list[UpdateBase]:
     for run in cfg.runs():
         checkpoints = list_checkpoints(cfg.run_dir(run))
         if not checkpoints:
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"{cfg.run_dir(run)} has no checkpoint: train the grid before its update units"
             )
         by_step = {int(path.name.split("-")[1]): path for path in checkpoints}
         missing = sorted(set(u.unit_steps or ()) - set(by_step))
         if missing:
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"{cfg.run_dir(run)} has no checkpoint at step(s) {missing} of "
                 f"updates.unit_steps (it has {sorted(by_step)})"
             )
@@ -345,7 +346,7 @@ def analyze_updates(cfg: ExperimentConfig, n_resamples: int = 10000) -> dict[str
     def need(path: Path) -> dict[str, Any]:
         data = _read(path)
         if data is None:
-            raise FileNotFoundError(f"{path} does not exist: run the experiment's update stage")
+            raise MissingFileError(f"{path} does not exist: run the experiment's update stage")
         return data
 
     bases: dict[str, Any] = {}

@@ -38,6 +38,7 @@ from tying.conversion.model import (
     softcapped,
     unwrap_model,
 )
+from tying.errors import InvalidInputError
 from tying.hf.families import Adapter, get_adapter
 from tying.hf.modules import INTERFACE_ATTR, InterfaceEmbedding, InterfaceHead
 from tying.hf.state import CONFIG_KEY, interface_record
@@ -88,7 +89,7 @@ def interface_of(model: nn.Module) -> TokenInterface:
     inner = unwrap_model(model)
     interface = getattr(inner, INTERFACE_ATTR, None)
     if not isinstance(interface, TokenInterface):
-        raise ValueError(
+        raise InvalidInputError(
             f"{type(inner).__name__} has no token interface: convert it first with "
             "tying.hf.convert(model, tie=...) or load a converted folder with tying.hf.from_pretrained"
         )
@@ -107,16 +108,18 @@ def _teacher_matrices(adapter: Adapter, model: nn.Module) -> tuple[Tensor, Tenso
     E0 = getattr(embedding, "weight", None)
     U0 = getattr(head, "weight", None)
     if not isinstance(E0, Tensor) or E0.dim() != 2:
-        raise ValueError(
+        raise InvalidInputError(
             f"the input embedding {type(embedding).__name__} has no (V, d) weight to convert"
         )
     if not isinstance(U0, Tensor) or U0.shape != E0.shape:
-        raise ValueError(
+        raise InvalidInputError(
             f"the output head {type(head).__name__} must have a weight of shape {tuple(E0.shape)} "
             f"(the embedding's), got {None if U0 is None else tuple(U0.shape)}"
         )
     if E0.device.type == "meta":
-        raise ValueError("the model's weights are on the meta device: load real weights first")
+        raise InvalidInputError(
+            "the model's weights are on the meta device: load real weights first"
+        )
     bias = getattr(head, "bias", None)
     return E0.detach(), U0.detach(), (bias.detach() if isinstance(bias, Tensor) else None)
 
@@ -205,7 +208,7 @@ class TransformersKind:
         """
         adapter = get_adapter(model)
         if is_converted(model):
-            raise ValueError(
+            raise InvalidInputError(
                 "this model is already converted (it has model.tying_interface); export it with "
                 "tying.hf.export and reload it to convert again"
             )

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from tying.conversion.model import unwrap_model
+from tying.errors import InvalidInputError
 from tying.hf.convert import interface_of
 from tying.hf.families import get_adapter
 from tying.hf.modules import INTERFACE_ATTR
@@ -29,7 +30,7 @@ def _module_name(model: nn.Module, target: nn.Module) -> str:
     for name, module in model.named_modules():
         if module is target:
             return name
-    raise ValueError(f"{type(target).__name__} is not a submodule of {type(model).__name__}")
+    raise InvalidInputError(f"{type(target).__name__} is not a submodule of {type(model).__name__}")
 
 
 def export(model: nn.Module, out_dir: str | Path, tokenizer: Any = None) -> Path:
@@ -48,13 +49,13 @@ def export(model: nn.Module, out_dir: str | Path, tokenizer: Any = None) -> Path
         ValueError: the model is not converted, or still carries peft adapters.
     """
     if hasattr(model, "peft_config"):
-        raise ValueError(
+        raise InvalidInputError(
             "this model carries peft adapters: merge them first (model = model.merge_and_unload()) "
             "and export the merged model"
         )
     inner = unwrap_model(model)
     if hasattr(inner, "peft_config"):
-        raise ValueError("merge peft adapters (merge_and_unload) before exporting")
+        raise InvalidInputError("merge peft adapters (merge_and_unload) before exporting")
     interface = interface_of(inner)
     adapter = get_adapter(inner)
     embed_name = _module_name(inner, adapter.input_embedding(inner))

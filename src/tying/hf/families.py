@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from tying.conversion.model import scale_norm_output_
+from tying.errors import InvalidInputError
 
 #: What an adapter must provide, quoted in the error for unsupported architectures.
 ADAPTER_REQUIREMENTS = (
@@ -132,7 +133,7 @@ class Adapter:
         """The module mapping final hidden states to logits."""
         head = model.get_output_embeddings()
         if head is None:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{type(model).__name__} has no output head (get_output_embeddings() is None): "
                 "load the model with AutoModelForCausalLM, not AutoModel"
             )
@@ -244,13 +245,13 @@ def get_adapter(model: nn.Module) -> Adapter:
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
     if model_type is None:
-        raise ValueError(
+        raise InvalidInputError(
             f"{type(model).__name__} has no config.model_type: tying.hf works on transformers "
             "causal LMs (AutoModelForCausalLM)"
         )
     adapter = ADAPTERS.get(model_type)
     if adapter is None:
-        raise ValueError(
+        raise InvalidInputError(
             f"architecture {model_type!r} ({type(model).__name__}) is not supported by tying.hf; "
             f"supported model types: {', '.join(supported_model_types())}. To add it, "
             + ADAPTER_REQUIREMENTS

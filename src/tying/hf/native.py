@@ -23,6 +23,7 @@ from safetensors import safe_open
 from torch import Tensor, nn
 
 from tying.conversion.report import ConversionReport
+from tying.errors import InvalidInputError, MissingFileError, read_json
 from tying.hf.convert import REPORT_ATTR, install_interface
 from tying.hf.families import get_adapter
 from tying.hf.modules import INTERFACE_ATTR
@@ -38,9 +39,8 @@ def read_record(folder: str | Path) -> dict[str, Any] | None:
     config_file = Path(folder) / "config.json"
     if not config_file.is_file():
         return None
-    with open(config_file, encoding="utf-8") as f:
-        config = json.load(f)
-    record = config.get(CONFIG_KEY)
+    config = read_json(config_file, "model config")
+    record = config.get(CONFIG_KEY) if isinstance(config, dict) else None
     return record if isinstance(record, dict) else None
 
 
@@ -59,7 +59,7 @@ def _safetensors_files(folder: Path) -> list[Path]:
     single = folder / "model.safetensors"
     if single.is_file():
         return [single]
-    raise FileNotFoundError(
+    raise MissingFileError(
         f"no model.safetensors (or sharded index) in {folder}: expected a folder written by "
         "save_pretrained of a converted model"
     )
@@ -74,7 +74,7 @@ def read_interface_state(folder: str | Path) -> dict[str, Tensor]:
                 if key.startswith(_PREFIX):
                     state[key[len(_PREFIX) :]] = f.get_tensor(key)
     if not state:
-        raise ValueError(
+        raise InvalidInputError(
             f"{folder} has a tying record in config.json but no '{_PREFIX}*' tensors in its weights"
         )
     return state
@@ -143,10 +143,10 @@ def from_pretrained(
 
     folder = Path(folder).expanduser()
     if not folder.is_dir():
-        raise FileNotFoundError(f"no such folder: {folder}")
+        raise MissingFileError(f"no such folder: {folder}")
     record = read_record(folder)
     if record is None:
-        raise ValueError(
+        raise InvalidInputError(
             f"{folder} was not saved from a converted model (config.json has no '{CONFIG_KEY}' "
             "record): load it with transformers.AutoModelForCausalLM.from_pretrained or "
             "tying.hf.load, then convert it"

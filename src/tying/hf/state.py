@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from tying.errors import InvalidInputError
 from tying.interface import TokenInterface, interface_class, tie_of, ties
 
 #: Version of the `config.tying` record.
@@ -49,17 +50,17 @@ def empty_interface(record: dict[str, Any], dtype: torch.dtype = torch.float32) 
         ValueError: the record is not a `config.tying` record this version can read.
     """
     if not isinstance(record, dict) or "tie" not in record:
-        raise ValueError(f"not a tying record (config.{CONFIG_KEY}): {record!r}")
+        raise InvalidInputError(f"not a tying record (config.{CONFIG_KEY}): {record!r}")
     fmt = record.get("format", RECORD_FORMAT)
     if fmt > RECORD_FORMAT:
-        raise ValueError(
+        raise InvalidInputError(
             f"config.{CONFIG_KEY} has format {fmt}, this version of tying reads up to "
             f"{RECORD_FORMAT}: upgrade tying"
         )
     V, d = int(record["vocab_size"]), int(record["d_model"])
     tie = record["tie"]
     if tie not in ties():
-        raise ValueError(f"config.{CONFIG_KEY}['tie'] must be one of {ties()}, got {tie!r}")
+        raise InvalidInputError(f"config.{CONFIG_KEY}['tie'] must be one of {ties()}, got {tie!r}")
     options = dict(record.get("options", {}))
     if record.get("input_bias"):  # records written by the teacher branch before `centred`
         options.setdefault("centred", True)

@@ -42,6 +42,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from tying.errors import UserError
 from tying.kernels import CompiledKernels
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -500,10 +501,10 @@ def _ce_rows_grad(ctx, grad_out: Tensor):
 _ce_rows_op.register_autograd(_ce_rows_grad, setup_context=_ce_rows_setup)
 
 
-class TokenIdError(ValueError, IndexError):
+class TokenIdError(UserError, ValueError, IndexError):
     """Token ids outside the vocabulary [0, V): bad input (data made by another tokenizer, a
-    model of another vocabulary), so a ValueError that the CLI prints as one line; also an
-    IndexError, as it was before, for callers that catch that."""
+    model of another vocabulary), so a `tying.errors.UserError` that the CLI prints as one
+    line; also a ValueError and an IndexError, as it was before, for callers that catch those."""
 
 
 def check_ids(

@@ -18,6 +18,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from tying.errors import InvalidInputError
+
 #: How a trained PIT memory Z is optimised (tying.train.optim).
 ZOptimizer = Literal["adamw", "riemannian_adam"]
 #: How PIT's T = L Lᵀ is optimised (tying.train.optim).
@@ -36,7 +38,7 @@ def _positive_or_rule(name: str, value: Any, rule: str) -> None:
     if isinstance(value, bool) or not (
         isinstance(value, int | float) and math.isfinite(value) and value > 0
     ):
-        raise ValueError(f"{name} must be a positive number or {rule!r}, got {value!r}")
+        raise InvalidInputError(f"{name} must be a positive number or {rule!r}, got {value!r}")
 
 
 @dataclass
@@ -54,7 +56,9 @@ class TransposeOptions:
 
     def __post_init__(self) -> None:
         if isinstance(self.input_grad_scale, bool) or not math.isfinite(self.input_grad_scale):
-            raise ValueError(f"tt.input_grad_scale must be finite, got {self.input_grad_scale!r}")
+            raise InvalidInputError(
+                f"tt.input_grad_scale must be finite, got {self.input_grad_scale!r}"
+            )
 
     def check(self, *, teacher: bool, distributed: str) -> None:
         """Checks that need the run's mode (nothing for TT)."""
@@ -129,7 +133,9 @@ class PitOptions:
         if isinstance(self.l_lr_scale, bool) or not (
             math.isfinite(self.l_lr_scale) and self.l_lr_scale > 0
         ):
-            raise ValueError(f"pit.l_lr_scale must be a positive number, got {self.l_lr_scale!r}")
+            raise InvalidInputError(
+                f"pit.l_lr_scale must be a positive number, got {self.l_lr_scale!r}"
+            )
 
     def resolved_trainable_z(self, *, teacher: bool) -> bool:
         """Whether Z is trained: `trainable_z`, or by mode when it is None (frozen in teacher
@@ -146,13 +152,13 @@ class PitOptions:
     def check(self, *, teacher: bool, distributed: str) -> None:
         """Raise ValueError for options the run's mode or sharding cannot honour."""
         if teacher and self.t_scale not in (None, 1.0):
-            raise ValueError(
+            raise InvalidInputError(
                 f"pit.t_scale applies to scratch-mode PIT only (no model), got "
                 f"pit.t_scale={self.t_scale!r} in teacher mode: leave it unset (or 1)"
             )
         for key in ("z_optimizer", "t_optimizer"):
             if getattr(self, key) != "adamw" and distributed == "fsdp":
-                raise ValueError(
+                raise InvalidInputError(
                     f"pit.{key}='riemannian_adam' is not supported with distributed=fsdp "
                     f"(the interface is sharded as DTensors); use distributed=ddp or "
                     f"pit.{key}=adamw"

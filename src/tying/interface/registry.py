@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from tying.errors import InvalidInputError
 from tying.interface.base import REGISTRY, TokenInterface
 
 
@@ -27,7 +28,7 @@ def ties() -> tuple[str, ...]:
 def check_tie(tie: str) -> str:
     """Return `tie` if it names a registered interface, else raise ValueError listing the choices."""
     if tie not in REGISTRY:
-        raise ValueError(f"tie must be one of {ties()}, got {tie!r}")
+        raise InvalidInputError(f"tie must be one of {ties()}, got {tie!r}")
     return tie
 
 
@@ -40,7 +41,7 @@ def tie_of(interface: TokenInterface) -> str:
     """The registered name of an interface instance ("untied", "tt", "pit", ...)."""
     tie = getattr(type(interface), "tie", None)
     if tie not in REGISTRY or not isinstance(interface, REGISTRY[tie]):
-        raise ValueError(
+        raise InvalidInputError(
             f"{type(interface).__name__} is not a registered token interface: give it a class "
             f"attribute `tie`; registered: {ties()}"
         )
@@ -70,7 +71,7 @@ def check_options(tie: str, method: Any, options: Mapping[str, Any], what: str) 
             for n, p in params.items()
             if p.kind is inspect.Parameter.KEYWORD_ONLY and n not in _COMMON_KEYWORDS
         )
-        raise ValueError(
+        raise InvalidInputError(
             f"{', '.join(bad)} {'does' if len(bad) == 1 else 'do'} not apply to tie={tie!r} "
             f"({what} options of {tie}: {', '.join(valid) or 'none'})"
         )
@@ -139,7 +140,7 @@ def check_interface_options(config: Any, tie: str) -> None:
         cls = interface_class(other)
         for key in cls.config_options:
             if key in defaults and getattr(config, key) != defaults[key]:
-                raise ValueError(
+                raise InvalidInputError(
                     f"{key} applies to tie={other!r} only, got tie={tie!r} with "
                     f"{key}={getattr(config, key)!r}: leave it at its default "
                     f"({defaults[key]!r})"
@@ -149,7 +150,7 @@ def check_interface_options(config: Any, tie: str) -> None:
             for f in dataclasses.fields(default):
                 value = getattr(section, f.name)
                 if value != getattr(default, f.name):
-                    raise ValueError(
+                    raise InvalidInputError(
                         f"{other}.{f.name} applies to tie={other!r} only, got tie={tie!r} "
                         f"with {other}.{f.name}={value!r}: leave it at its default "
                         f"({getattr(default, f.name)!r})"

@@ -19,6 +19,7 @@ from torch import Tensor
 from tying.data.batches import num_windows
 from tying.data.shards import TokenStore
 from tying.data.tokenizer import TextTokenizer
+from tying.errors import InvalidInputError
 
 
 def eval_window_count(store: TokenStore, seq_len: int, max_tokens: int | None) -> int:
@@ -29,14 +30,14 @@ def eval_window_count(store: TokenStore, seq_len: int, max_tokens: int | None) -
     """
     n = num_windows(store.num_tokens, seq_len)
     if n < 1:
-        raise ValueError(
+        raise InvalidInputError(
             f"the token store {store.folder} has {store.num_tokens} tokens, fewer than one "
             f"window of seq_len + 1 = {seq_len + 1}: use a shorter seq_len or more text"
         )
     if max_tokens is None:
         return n
     if max_tokens < seq_len:
-        raise ValueError(
+        raise InvalidInputError(
             f"max_tokens={max_tokens} is less than one window of seq_len={seq_len}: raise "
             "max_tokens or lower seq_len"
         )
@@ -58,7 +59,7 @@ def window_batches(
         int64 tensors (b, L), b <= batch_size.
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise InvalidInputError(f"batch_size must be >= 1, got {batch_size}")
     windows = list(windows)
     for i in range(0, len(windows), batch_size):
         rows = [store.slice(int(w) * seq_len, seq_len) for w in windows[i : i + batch_size]]
@@ -89,12 +90,12 @@ def training_steps(
     """
     pool = np.asarray(list(windows), dtype=np.int64)
     if len(pool) == 0:
-        raise ValueError(
+        raise InvalidInputError(
             "no training windows left after the evaluation windows: lower max_tokens, or "
             "give train_data, another text"
         )
     if steps < 1 or windows_per_step < 1:
-        raise ValueError(
+        raise InvalidInputError(
             f"steps and windows_per_step must be >= 1, got {steps}, {windows_per_step}"
         )
     needed = steps * windows_per_step

@@ -27,6 +27,7 @@ from tying.config import positional
 from tying.data.batches import num_windows
 from tying.data.corpus import default_validation_source, prepare_store, resolve_source
 from tying.devices import Precision, autocast_for, resolve_device, resolve_precision
+from tying.errors import InvalidInputError
 from tying.lens.data import eval_window_count, text_bytes, training_steps, window_batches
 from tying.lens.evaluate import evaluate_lens
 from tying.lens.logit_lens import LogitLens
@@ -89,16 +90,18 @@ class LensOptions:
 
     def __post_init__(self) -> None:
         if not self.specs:
-            raise ValueError("give at least one model SPEC")
+            raise InvalidInputError("give at least one model SPEC")
         if self.seq_len < 1 or self.batch_size < 1 or self.chunk_tokens < 1:
-            raise ValueError("seq_len, batch_size and chunk_tokens must be >= 1")
+            raise InvalidInputError("seq_len, batch_size and chunk_tokens must be >= 1")
         if self.max_tokens < 0:
-            raise ValueError(f"max_tokens must be >= 0 (0 = the whole text), got {self.max_tokens}")
+            raise InvalidInputError(
+                f"max_tokens must be >= 0 (0 = the whole text), got {self.max_tokens}"
+            )
         training = self.kind != "logit" and self.tuned_from is None
         if training and (
             self.train_tokens_per_step < self.seq_len or self.train_tokens_per_step % self.seq_len
         ):
-            raise ValueError(
+            raise InvalidInputError(
                 f"train_tokens_per_step {self.train_tokens_per_step} must be a positive "
                 f"multiple of seq_len {self.seq_len}"
             )
@@ -179,7 +182,7 @@ def _one_model(
 ) -> list[dict[str, Any]]:
     """Train/load the tuned lens of one model if asked, evaluate its lenses: the records."""
     if lm.tokenizer is None:
-        raise ValueError(
+        raise InvalidInputError(
             f"{lm.spec}: the model has no tokenizer: set tokenizer (a tokenizer name or folder)"
         )
     store = prepare_store(
@@ -315,17 +318,17 @@ def run_trace(options: TraceOptions) -> TraceRun:
     from tying.lens.trace import format_trace, plot_trace, transition_trace
 
     if not options.prompt:
-        raise ValueError("give the text to trace (prompt)")
+        raise InvalidInputError("give the text to trace (prompt)")
     device = resolve_device(options.device)
     lm = load_any(options.spec, tokenizer=options.tokenizer).to(device)
     tokenizer = lm.tokenizer
     if tokenizer is None:
-        raise ValueError(
+        raise InvalidInputError(
             f"{options.spec} has no tokenizer: set tokenizer (a tokenizer name or folder)"
         )
     ids = tokenizer.encode(options.prompt)
     if not ids:
-        raise ValueError("the prompt encodes to no tokens")
+        raise InvalidInputError("the prompt encodes to no tokens")
     trace = transition_trace(
         lm,
         torch.tensor(ids),

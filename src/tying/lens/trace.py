@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from tying.errors import InvalidInputError
 from tying.lens.evaluate import entry_labels
 from tying.loader import LoadedModel
 
@@ -129,12 +130,12 @@ def transition_trace(
     """
     ids = input_ids.reshape(1, -1) if input_ids.dim() == 1 else input_ids
     if ids.dim() != 2 or ids.shape[0] != 1 or ids.shape[1] == 0:
-        raise ValueError(
+        raise InvalidInputError(
             f"input_ids must be one non-empty prompt, (T,) or (1, T), got {tuple(input_ids.shape)}"
         )
     T = ids.shape[1]
     if not -T <= position < T:
-        raise ValueError(
+        raise InvalidInputError(
             f"position {position} is outside the prompt of {T} tokens: choose one in "
             f"[{-T}, {T - 1}] (-1 = the last token)"
         )
@@ -142,9 +143,9 @@ def transition_trace(
     V = model.vocab_size
     n = V if candidates is None else int(candidates)
     if not 1 <= n <= V:
-        raise ValueError(f"candidates must be in [1, V={V}], got {candidates}")
+        raise InvalidInputError(f"candidates must be in [1, V={V}], got {candidates}")
     if not 1 <= k <= n:
-        raise ValueError(f"k must be in [1, {n}] (the ranked vocabulary), got {k}")
+        raise InvalidInputError(f"k must be in [1, {n}] (the ranked vocabulary), got {k}")
     ids = ids.to(model.device)
     with autocast():
         states, _ = model.states_and_final(ids)

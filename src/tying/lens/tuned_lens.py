@@ -35,6 +35,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from tying.errors import InvalidInputError, MissingFileError, read_json
 from tying.lens.evaluate import LensKL, evaluate_lens
 from tying.lens.head import LensHead
 from tying.lens.kl import LN2
@@ -149,13 +150,13 @@ class TunedLens(nn.Module):
         folder = Path(folder)
         for name in (WEIGHTS_FILE, CONFIG_FILE):
             if not (folder / name).is_file():
-                raise FileNotFoundError(
+                raise MissingFileError(
                     f"{folder / name} is missing: {folder} is not a tuned lens saved by "
                     "TunedLens.save (expected lens.safetensors and config.json)"
                 )
-        config = json.loads((folder / CONFIG_FILE).read_text())
+        config = read_json(folder / CONFIG_FILE, "tuned lens config")
         if config.get("format") != FORMAT:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{folder / CONFIG_FILE} has format {config.get('format')!r}, expected {FORMAT!r}"
             )
         lens = cls(int(config["d_model"]), int(config["n_entries"]), str(config.get("model", "")))

@@ -10,6 +10,7 @@ from typing import Any
 from safetensors import safe_open
 from torch import Tensor, nn
 
+from tying.errors import InvalidInputError
 from tying.interface.base import TokenInterface
 from tying.probe.matrices import checkpoint_step, materialize
 
@@ -23,7 +24,7 @@ def module_prefix(model: nn.Module, module: nn.Module) -> str:
     for name, sub in model.named_modules():
         if sub is module:
             return f"{name}." if name else ""
-    raise ValueError(f"{type(module).__name__} is not a submodule of {type(model).__name__}")
+    raise InvalidInputError(f"{type(module).__name__} is not a submodule of {type(model).__name__}")
 
 
 def run_checkpoints(checkpoint: str | Path) -> list[Path]:
@@ -67,7 +68,7 @@ def checkpoint_matrices(
             for key in keys:
                 name = prefix + key
                 if name not in stored:
-                    raise ValueError(
+                    raise InvalidInputError(
                         f"{folder / 'model.safetensors'} has no tensor {name!r}: this "
                         "checkpoint was not written by the probed model; give the checkpoints "
                         "of the same run"

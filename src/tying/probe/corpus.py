@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from tying.analysis import token_counts
+from tying.errors import InvalidInputError
 
 #: Characters per piece handed to the tokenizer (documents are cut at paragraph breaks near
 #: this length, so a token cap stops after a bounded amount of surplus work).
@@ -60,7 +61,9 @@ def corpus_token_counts(
     from tying.data import iter_documents
 
     if max_tokens is not None and max_tokens < 1:
-        raise ValueError(f"max_tokens must be >= 1 or None (the whole corpus), got {max_tokens}")
+        raise InvalidInputError(
+            f"max_tokens must be >= 1 or None (the whole corpus), got {max_tokens}"
+        )
     counts = torch.zeros(vocab_size, dtype=torch.int64)
     seen = 0
     documents = 0
@@ -92,5 +95,5 @@ def corpus_token_counts(
     if not capped and batch:
         capped = flush()
     if seen == 0:
-        raise ValueError(f"the corpus {source} holds no tokens; pass a text file or folder")
+        raise InvalidInputError(f"the corpus {source} holds no tokens; pass a text file or folder")
     return counts, {"tokens": seen, "documents": documents, "capped": capped}

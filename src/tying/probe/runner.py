@@ -27,6 +27,7 @@ import torch
 
 from tying.analysis import IDENTITY_MODES, definition_parts
 from tying.config import positional
+from tying.errors import InvalidInputError
 from tying.probe import compare
 from tying.probe.matrices import MAPS, InterfaceMatrices, interface_matrices, model_info
 from tying.probe.stages import Stages
@@ -65,7 +66,7 @@ def parse_skip(names: str | list[str] | tuple[str, ...] | None) -> frozenset[str
         for name in filter(None, (n.strip() for n in item.split(","))):
             name = BLOCK_ALIASES.get(name, name)
             if name not in BLOCKS:
-                raise ValueError(
+                raise InvalidInputError(
                     f"unknown block {name!r} to skip; expected some of {', '.join(BLOCKS)} "
                     f"(or {', '.join(BLOCK_ALIASES)})"
                 )
@@ -123,17 +124,19 @@ class ProbeOptions:
         self.skip = parse_skip(self.skip if isinstance(self.skip, str) else tuple(self.skip))
         for name in ("k", "spectral_k", "n_components", "min_count"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise InvalidInputError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.corpus_tokens == 0:  # 0 = all, as in the CLI of tying 0.1
             self.corpus_tokens = None
         if self.corpus_tokens is not None and self.corpus_tokens < 1:
-            raise ValueError(f"corpus_tokens must be >= 1 or None, got {self.corpus_tokens}")
+            raise InvalidInputError(f"corpus_tokens must be >= 1 or None, got {self.corpus_tokens}")
         if self.maps not in MAPS:
-            raise ValueError(f"maps must be one of {MAPS}, got {self.maps!r}")
+            raise InvalidInputError(f"maps must be one of {MAPS}, got {self.maps!r}")
         compare.pairs_of(self.pairs)
         definition_parts(self.spectral_definition)
         if self.identity not in IDENTITY_MODES:
-            raise ValueError(f"identity must be one of {IDENTITY_MODES}, got {self.identity!r}")
+            raise InvalidInputError(
+                f"identity must be one of {IDENTITY_MODES}, got {self.identity!r}"
+            )
 
 
 @dataclass

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tying.errors import MissingFileError
+
 _CSS = """
 body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em;
        color: #222; line-height: 1.45; }
@@ -169,9 +171,7 @@ class Figure:
     def html(self) -> str:
         path = Path(self.path)
         if not path.is_file():
-            raise FileNotFoundError(
-                f"figure {path} does not exist: write the PNG before the report"
-            )
+            raise MissingFileError(f"figure {path} does not exist: write the PNG before the report")
         data = base64.b64encode(path.read_bytes()).decode("ascii")
         return (
             f'<figure><img alt="{html.escape(self.caption)}" src="data:image/png;base64,{data}">'

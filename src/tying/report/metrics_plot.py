@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tying.config import positional
+from tying.errors import InvalidInputError
 from tying.report.style import MARKERS, plain_ticks, series_style
 from tying.train.metrics import metric_label, metric_series, read_metrics, rolling_mean
 
@@ -47,9 +48,9 @@ class PlotOptions:
 
     def __post_init__(self) -> None:
         if self.rolling < 1:
-            raise ValueError(f"rolling must be >= 1, got {self.rolling}")
+            raise InvalidInputError(f"rolling must be >= 1, got {self.rolling}")
         if self.ylim is not None and (len(self.ylim) != 2 or not self.ylim[0] < self.ylim[1]):
-            raise ValueError(f"ylim needs two numbers LOW < HIGH, got {self.ylim}")
+            raise InvalidInputError(f"ylim needs two numbers LOW < HIGH, got {self.ylim}")
 
 
 def numeric_metrics(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -131,7 +132,7 @@ def plot_metrics(options: PlotOptions) -> PlotResult:
         if not steps:
             available = ", ".join(numeric_metrics(rows)) or "none"
             upto = f" up to step {options.max_step}" if options.max_step is not None else ""
-            raise ValueError(
+            raise InvalidInputError(
                 f"run {run_dir} has no values of {options.metric!r}{upto}; metrics in its "
                 f"metrics.jsonl: {available}"
             )

@@ -25,6 +25,7 @@ from tying.conversion import FitOptions, convert
 from tying.data.batches import WindowSampler, eval_batches
 from tying.data.corpus import default_train_source, default_validation_source, prepare_store
 from tying.data.tokenizer import TextTokenizer, load_tokenizer
+from tying.errors import InvalidInputError
 from tying.hf.native import hf_tokenizer_of
 from tying.interface import TokenInterface
 from tying.loader import as_text_tokenizer
@@ -90,7 +91,7 @@ def text_tokenizer(spec: str, tokenizer: Any) -> Any:
         return load_tokenizer(spec)
     except (FileNotFoundError, ValueError):
         if tokenizer is None:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{spec} has no tokenizer to cut calibration text with: save one next to the "
                 "model, or use a closed form without data (input_scale=1, t_init=output)"
             ) from None

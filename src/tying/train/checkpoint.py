@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from tying.errors import InvalidInputError, MissingFileError
 from tying.outputs import write_text_atomic
 
 CHECKPOINT_DIR = "checkpoints"
@@ -231,7 +232,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
     found = latest_checkpoint(run_dir)
     if found is not None:
         return found
-    raise FileNotFoundError(
+    raise MissingFileError(
         f"no checkpoint found at {p}: expected a run folder with checkpoints/step-*/ "
         "or a checkpoint folder holding trainer.json"
     )
@@ -245,7 +246,7 @@ def load_model_state(path: str | Path) -> dict[str, torch.Tensor]:
     except FileNotFoundError:
         raise
     except Exception as e:  # safetensors raises its own error type for damaged files
-        raise ValueError(
+        raise InvalidInputError(
             f"{file} is damaged ({_first_line(e)}): use another checkpoint of the run "
             "(checkpoints/step-N)"
         ) from None
@@ -257,7 +258,7 @@ def read_trainer_state(path: str | Path) -> dict[str, Any]:
     try:
         return json.loads(file.read_text())
     except ValueError as e:
-        raise ValueError(f"{file} is damaged ({_first_line(e)})") from None
+        raise InvalidInputError(f"{file} is damaged ({_first_line(e)})") from None
 
 
 def load_checkpoint(
@@ -273,7 +274,7 @@ def load_checkpoint(
     try:
         optimizer_state = torch.load(p / "optimizer.pt", weights_only=True, map_location="cpu")
     except (RuntimeError, ValueError, EOFError) as e:
-        raise ValueError(f"{p / 'optimizer.pt'} is damaged ({_first_line(e)})") from None
+        raise InvalidInputError(f"{p / 'optimizer.pt'} is damaged ({_first_line(e)})") from None
     return model_state, optimizer_state, read_trainer_state(p)
 
 

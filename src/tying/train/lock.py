@@ -33,11 +33,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tying.errors import ExistingFileError, NotAFolderError
+
 #: The lock file inside a run folder.
 LOCK_FILE = ".lock"
 
 
-class RunFolderInUseError(FileExistsError):
+class RunFolderInUseError(ExistingFileError):
     """Another live process holds the run folder (a user error: exit status 2)."""
 
     exit_status = 2
@@ -92,9 +94,7 @@ class RunFolderLock:
         if self.held:
             return self
         if self.folder.exists() and not self.folder.is_dir():
-            raise NotADirectoryError(
-                f"{self.folder} is a file, not a run folder: choose another out"
-            )
+            raise NotAFolderError(f"{self.folder} is a file, not a run folder: choose another out")
         while True:
             if not self.folder.exists():
                 self.folder.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tying.errors import MissingFileError
+
 METRICS_FILE = "metrics.jsonl"
 
 #: Units of the metrics.jsonl keys (for axis labels and tables); keys not listed are unitless.
@@ -36,7 +38,7 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """All rows of a run's metrics.jsonl (a torn last line from a kill is skipped)."""
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: is {run_dir} a training run folder?")
+        raise MissingFileError(f"{path} does not exist: is {run_dir} a training run folder?")
     rows = []
     for line in path.read_text().splitlines():
         if not line.strip():

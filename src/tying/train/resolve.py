@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from tying.data.tokenizer import load_tokenizer
 from tying.decoder import Decoder, ModelConfig, preset_config
+from tying.errors import InvalidInputError
 from tying.hf import HFCausalLM, convert, is_converted, load
 from tying.hf.convert import REPORT_ATTR
 from tying.interface import build_interface, interface_class, is_interface_model
@@ -141,7 +142,7 @@ def as_interface_model(model: nn.Module) -> nn.Module:
     if is_interface_model(model):
         return model
     if not hasattr(model, "config") or not hasattr(model, "get_input_embeddings"):
-        raise ValueError(
+        raise InvalidInputError(
             f"{type(model).__name__} is neither a tying model (interface, final_norm, "
             "blocks, residual_states) nor a transformers causal LM"
         )

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from tying.errors import InvalidInputError, MissingFileError
 from tying.evaluation.tasks import MBPP_FEWSHOT_TARGET, TASKS, load_task
 
 #: Tasks with a training split.
@@ -86,7 +87,7 @@ def task_examples(task: str) -> list[Example]:
         return [
             Example(i.id, i.prompt, MBPP_FEWSHOT_TARGET.format(code=i.reference)) for i in items
         ]
-    raise ValueError(
+    raise InvalidInputError(
         f"task {task!r} has no training split: use task mbpp, gsm8k or a FILE.jsonl of "
         '{"prompt": ..., "completion": ...} records'
     )
@@ -102,14 +103,14 @@ def read_examples(path: str | Path) -> list[Example]:
     """
     file = Path(path).expanduser()
     if not file.is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"task file {file} not found: give task mbpp, gsm8k or an existing .jsonl file"
         )
     examples = []
     try:
         lines = file.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"{file}: cannot be read as UTF-8 text ({e}); fix the file") from e
+        raise InvalidInputError(f"{file}: cannot be read as UTF-8 text ({e}); fix the file") from e
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -117,13 +118,13 @@ def read_examples(path: str | Path) -> list[Example]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(
+            raise InvalidInputError(
                 f'{where}: not valid JSON ({e.msg}); each line must be {{"prompt": ..., '
                 '"completion": ...}'
             ) from e
         examples.append(_example(record, where, f"{file.name}:{number}"))
     if not examples:
-        raise ValueError(
+        raise InvalidInputError(
             f'{file} holds no records: write one {{"prompt": ..., "completion": ...}} per line'
         )
     return examples
@@ -131,15 +132,15 @@ def read_examples(path: str | Path) -> list[Example]:
 
 def _example(record: Any, where: str, default_id: str) -> Example:
     if not isinstance(record, dict):
-        raise ValueError(
+        raise InvalidInputError(
             f'{where}: expected a JSON object {{"prompt": ..., "completion": ...}}, got '
             f"{type(record).__name__}"
         )
     prompt, completion = record.get("prompt"), record.get("completion")
     if not isinstance(prompt, str):
-        raise ValueError(f"{where}: field 'prompt' missing or not a string")
+        raise InvalidInputError(f"{where}: field 'prompt' missing or not a string")
     if not isinstance(completion, str) or not completion:
-        raise ValueError(f"{where}: field 'completion' missing, empty or not a string")
+        raise InvalidInputError(f"{where}: field 'completion' missing, empty or not a string")
     return Example(str(record.get("id", default_id)), prompt, completion)
 
 
@@ -154,7 +155,7 @@ def load_examples(task: str) -> list[Example]:
         return task_examples(task.lower())
     if task.lower().endswith(".jsonl") or Path(task).expanduser().is_file():
         return read_examples(task)
-    raise ValueError(
+    raise InvalidInputError(
         f"unknown task {task!r}: use mbpp, gsm8k or a FILE.jsonl of "
         '{"prompt": ..., "completion": ...} records'
     )
@@ -206,7 +207,7 @@ def tokenize_examples(
         ValueError: max_seq_len < 2, or no example keeps an answer token.
     """
     if max_seq_len < 2:
-        raise ValueError(f"max_seq_len must be >= 2 tokens, got {max_seq_len}")
+        raise InvalidInputError(f"max_seq_len must be >= 2 tokens, got {max_seq_len}")
     kept, truncated, skipped = [], 0, []
     for example in examples:
         prompt = list(encode(example.prompt))
@@ -220,7 +221,7 @@ def tokenize_examples(
             ids = ids[:max_seq_len]
         kept.append(TokenizedExample(tuple(ids), len(prompt)))
     if not kept:
-        raise ValueError(
+        raise InvalidInputError(
             f"every prompt is at least max_seq_len={max_seq_len} tokens long, so no answer token "
             "is left to train on: raise max_seq_len"
         )
@@ -263,7 +264,7 @@ class ExampleOrder:
 
     def __init__(self, n: int, seed: int = 0) -> None:
         if n < 1:
-            raise ValueError(f"need at least one example, got {n}")
+            raise InvalidInputError(f"need at least one example, got {n}")
         self.n, self.seed = int(n), int(seed)
         self.epoch, self.position = 0, 0
         self._order = self._permutation(0)
@@ -300,7 +301,7 @@ class ExampleOrder:
             ValueError: the state is for another number of examples or seed.
         """
         if int(state["n"]) != self.n or int(state["seed"]) != self.seed:
-            raise ValueError(
+            raise InvalidInputError(
                 f"the checkpoint's data order is for {state['n']} examples with seed "
                 f"{state['seed']}, this run has {self.n} with seed {self.seed}: resume with the "
                 "same task, max_seq_len and seed"
