@@ -32,13 +32,13 @@ def test_convert_then_export_cli(tiny, tmp_path: Path, capsys: pytest.CaptureFix
                 str(tmp_path / "teacher"),
                 "--tie",
                 "pit",
-                "--t-init",
+                "--pit.t-init",
                 "input",
-                "--input-scale",
+                "--pit.input-scale",
                 "1",
                 "--step0-tokens",
                 "0",
-                "--trainable-z",
+                "--pit.trainable-z",
                 "--out",
                 str(tmp_path / "pit"),
             ],
@@ -80,14 +80,14 @@ def test_convert_cli_fits_and_prints_the_step0_kl(
     small_corpus, tiny_teacher, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     argv = [str(tiny_teacher), "--tie", "pit", "--calibration", str(small_corpus["train"])]
-    argv += ["--fit.tokens", "512"]
+    argv += ["--pit.fit.tokens", "512"]
     assert _run(convert_cmd, [*argv, "--step0-tokens", "512", "--out", str(tmp_path / "o")]) == 0
     captured = capsys.readouterr()
     report = json.loads(captured.out)["report"]
     assert report["t_init"] == "fit" and report["fit"]["tokens"] == 512
     assert report["scale_search"] and report["step0"]["tokens"] == 512
     assert f"KL(teacher ‖ converted) = {report['step0']['kl']:.3f}" in captured.err
-    bad = [*argv, "--input-scale", "huge", "--out", str(tmp_path / "x")]
+    bad = [*argv, "--pit.input-scale", "huge", "--out", str(tmp_path / "x")]
     assert _run(convert_cmd, bad) == 2
     assert "input_scale" in capsys.readouterr().err
 
@@ -95,7 +95,8 @@ def test_convert_cli_fits_and_prints_the_step0_kl(
 def test_cli_errors(tiny, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert _run(convert_cmd, [str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
     assert "no such file" in capsys.readouterr().err
-    assert _run(convert_cmd, ["x.gguf", "--tie", "tt", "--trainable-z", "--out", "o"]) == 2
+    assert _run(convert_cmd, ["x.gguf", "--tie", "tt", "--pit.trainable-z", "--out", "o"]) == 2
+    assert "pit.trainable_z applies to tie='pit' only" in capsys.readouterr().err
     tiny.model("llama").save_pretrained(tmp_path / "plain")
     assert _run(export_cmd, [str(tmp_path / "plain"), "--out", str(tmp_path / "o")]) == 2
     assert "neither a converted model folder" in capsys.readouterr().err

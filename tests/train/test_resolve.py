@@ -63,7 +63,8 @@ def test_convert_converts_a_training_run(tt_run, tmp_path, capsys) -> None:
     """`tying convert RUN --tie pit`: the folder it writes loads (tying.load) to the logits of
     the run converted in memory, and t_init=input at scale 1 keeps the run's embedding E."""
     out = tmp_path / "pit"
-    argv = ["convert", str(tt_run), "--tie", "pit", "--t-init", "input", "--input-scale", "1"]
+    argv = ["convert", str(tt_run), "--tie", "pit", "--pit.t-init", "input"]
+    argv += ["--pit.input-scale", "1"]
     argv += ["--step0-tokens", "0"]  # the closed form needs no text (the step-0 KL: elsewhere)
     assert main([*argv, "--out", str(out)]) == 0
     report = json.loads(capsys.readouterr().out)["report"]

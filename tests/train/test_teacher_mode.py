@@ -65,7 +65,7 @@ def test_teacher_mode_from_a_decoder_run(small_corpus, tmp_path) -> None:
     settings = dict(
         model=teacher, tie="pit", max_steps=2, step0_tokens=256, tokenizer="gpt2", preset="mini"
     )
-    overrides = [*small_run(small_corpus, run_dir, **settings), "fit.tokens=256"]
+    overrides = [*small_run(small_corpus, run_dir, **settings), "pit.fit.tokens=256"]
     train(load_config(TrainConfig, None, overrides))
     report = json.loads((run_dir / "conversion.json").read_text())
     assert report["family"] == "interface-model" and report["t_init"] == "fit"

@@ -9,9 +9,9 @@ import sys
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tying.config import add_config_arguments
-    from tying.teacher.conversion import ConvertOptions
+    from tying.teacher.conversion import TRAINING_ONLY_KEYS, ConvertOptions
 
-    add_config_arguments(parser, ConvertOptions)
+    add_config_arguments(parser, ConvertOptions, exclude=TRAINING_ONLY_KEYS)
 
 
 def run(args: argparse.Namespace) -> int:

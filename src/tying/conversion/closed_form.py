@@ -28,14 +28,14 @@ from torch import Tensor
 from tying.errors import InvalidInputError
 from tying.interface.base import SOURCES, TeacherConversion, TokenInterface
 from tying.interface.linalg import check_finite_matrix, cholesky_lower, polar, polar_retraction
+from tying.interface.options import PIT_INITS as PIT_INITS  # re-exported
 from tying.interface.pit import PseudoInverseTying
 
-#: The closed-form initialisations of T from a teacher (`pit_from_teacher`, `teacher_factors`).
-T_INITS = ("identity", "output", "input")
-#: Initialisations of a conversion (`pit_from_teacher_matrices`): the closed forms, and "fit"
-#: (the closed form CLOSED_FORM_T_INIT, then T and the final-norm gain fitted to the teacher
-#: on calibration text by the pipeline, `tying.conversion.fit.fit_pit`).
-PIT_INITS = (*T_INITS, "fit")
+#: The closed-form initialisations of T from a teacher (`pit_from_teacher`, `teacher_factors`):
+#: the conversion's initialisations (`PIT_INITS`, the one list, in tying.interface.options)
+#: but "fit" (the closed form CLOSED_FORM_T_INIT, then T and the final-norm gain fitted to the
+#: teacher on calibration text by the pipeline, `tying.conversion.fit.fit_pit`).
+T_INITS = tuple(init for init in PIT_INITS if init != "fit")
 #: t_init of a conversion when none is given: "fit" measured best (docs/teacher.md); a caller
 #: without calibration text falls back to CLOSED_FORM_T_INIT (with the centred memory and the
 #: scale correction, the best closed form).

@@ -32,65 +32,9 @@ from tying.conversion.model import ModelParts, parts_of, softcapped
 from tying.errors import InvalidInputError
 from tying.interface.kl import linear_kl_divergence
 from tying.interface.linalg import polar_retraction
+from tying.interface.options import FIT_PARAMETERS as FIT_PARAMETERS  # re-exported
+from tying.interface.options import FitOptions
 from tying.interface.pit import PseudoInverseTying, activation_inverse
-
-#: The degrees of freedom `fit_pit` can move: "t" (T through its Cholesky factor), "gain"
-#: (the final-norm gain, and a LayerNorm bias with it), "bias" (the input bias of a centred
-#: PIT) and "z" (the memory Z, kept orthonormal — and centred — by retraction).
-FIT_PARAMETERS = ("t", "gain", "bias", "z")
-
-
-@dataclass
-class FitOptions:
-    """Options of `fit_pit` (`t_init="fit"`): what moves, how far, on how much text.
-
-    Attributes:
-        tokens: the budget: calibration tokens the fit trains on, each once (fresh
-            windows each step); the calibration windows must hold at least
-            `tokens + check_tokens`. The default, 65,536 (128 steps of 2 × 256 tokens),
-            brought SmolLM2-135M's step-0 KL to 0.95 nats/token (16,384: 1.60; the fit's
-            gain comes from its number of steps, not from fresh text: docs/teacher.md).
-        check_tokens: held-out calibration tokens on which the KL is measured before and
-            after; the fit keeps the start if it did not lower the KL there.
-        batch_windows: windows per step.
-        params: what moves, a comma-separated subset of t (T), gain (the final-norm gain), bias
-            (the input bias) and z (the memory Z, retracted after each step).
-        lr: Adam step size of X, the symmetric log-change of T
-            (T = T0^{1/2} exp(X) T0^{1/2}: a scale-free, always-SPD parametrisation).
-        gain_lr: Adam step size of the log-change of the gain and of the input bias
-            (in units of the teacher's RMS embedding entry).
-        z_lr: Adam step size of Z's entries (when "z" is fitted).
-        autocast: run the trunk under bf16 autocast (the head and KL stay float32).
-    """
-
-    tokens: int = 65536
-    check_tokens: int = 1024
-    batch_windows: int = 2
-    params: str = "t,gain,bias"
-    lr: float = 5e-4
-    gain_lr: float = 5e-3
-    z_lr: float = 1e-4
-    autocast: bool = True
-
-    def __post_init__(self) -> None:
-        names = self.parameter_names()
-        bad = sorted(set(names) - set(FIT_PARAMETERS))
-        if bad or not names:
-            raise InvalidInputError(
-                f"fit params must be a comma-separated subset of {FIT_PARAMETERS}, got {self.params!r}"
-            )
-        for name in ("tokens", "batch_windows"):
-            if getattr(self, name) < 1:
-                raise InvalidInputError(f"fit {name} must be >= 1, got {getattr(self, name)}")
-        if self.check_tokens < 0:
-            raise InvalidInputError(f"fit check_tokens must be >= 0, got {self.check_tokens}")
-
-    def parameter_names(self) -> tuple[str, ...]:
-        """The fitted degrees of freedom, in FIT_PARAMETERS order."""
-        chosen = {p.strip() for p in self.params.split(",") if p.strip()}
-        return tuple(p for p in FIT_PARAMETERS if p in chosen) + tuple(
-            sorted(chosen - set(FIT_PARAMETERS))
-        )
 
 
 @dataclass

@@ -165,7 +165,6 @@ def check_options(options: EvaluateOptions) -> tuple[str, ...]:
         raise InvalidInputError(
             "generate and reference_loglik are both off: nothing to evaluate; keep one of them"
         )
-    resolve_precision(options.precision)  # validates it
     out = Path(options.out).expanduser()
     if out.exists() and not out.is_dir():
         raise InvalidInputError(
@@ -401,13 +400,14 @@ def evaluate_model(options: EvaluateOptions, lm: Any = None) -> dict[str, Any]:
     if lm is None:
         from tying.evaluation.harness import TyingLM
 
+        # The verb's one resolution of its device and precision; TyingLM takes them as they are.
         device = resolve_device(options.device)
         precision = resolve_precision(options.precision, device)
         lm = TyingLM(
             spec=options.spec,
             adapter=options.adapter,
             dtype=options.dtype,
-            device=str(device),
+            device=device,
             batch_size=int(options.batch_size),
             mixed_precision_dtype="bfloat16" if precision == "bf16" else None,
         )

@@ -86,6 +86,12 @@ def _expected_lm_eval_warnings_at_debug() -> Iterator[None]:
         logger.removeFilter(expected)
 
 
+def _device(device: str | torch.device | None) -> torch.device:
+    """A device a caller resolved already (`tying evaluate` does, once) as it is; a name (lm-eval's
+    command line, a library caller) through `tying.devices.resolve_device`."""
+    return device if isinstance(device, torch.device) else devices.resolve_device(device)
+
+
 @register_model(MODEL_NAME)
 class TyingLM(HFLM):
     """lm-eval's HFLM around a model of this project.
@@ -119,7 +125,7 @@ class TyingLM(HFLM):
         spec: str | None = None,
         adapter: str | None = None,
         dtype: str | torch.dtype | None = None,
-        device: str | None = None,
+        device: str | torch.device | None = None,
         batch_size: int | str = 1,
         continuation_logits: bool = True,
         **kwargs: Any,
@@ -127,7 +133,7 @@ class TyingLM(HFLM):
         if isinstance(pretrained, (str, Path)):
             spec, pretrained = str(pretrained), None
         if pretrained is None:
-            run_device = devices.resolve_device(device)
+            run_device = _device(device)
             if spec is None:
                 raise InvalidInputError(
                     "the tying model needs spec=... (a run, checkpoint, model folder, .gguf file "
@@ -143,7 +149,7 @@ class TyingLM(HFLM):
                 )
             model = pretrained if adapter is None else apply_adapter(pretrained, adapter)
             if device is not None:
-                model.to(devices.resolve_device(device))
+                model.to(_device(device))
             if dtype is not None:
                 model.to(parse_dtype(dtype))
             model.eval()

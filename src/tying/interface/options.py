@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from tying.errors import InvalidInputError
@@ -28,6 +28,11 @@ Z_OPTIMIZERS: tuple[str, ...] = typing.get_args(ZOptimizer)
 T_OPTIMIZERS: tuple[str, ...] = typing.get_args(TOptimizer)
 #: Rule value of PitOptions.z_lr_scale (tying.train.optim.z_lr_scale).
 ENTRY_SIZE = "entry_size"
+#: How a PIT conversion initialises T (`PitOptions.t_init`): the closed forms identity, output
+#: and input (`tying.conversion.closed_form.T_INITS`), and fit (the closed form, then T and the
+#: final-norm gain fitted to the teacher on calibration text). The one list of these choices.
+TInit = Literal["identity", "output", "input", "fit"]
+PIT_INITS: tuple[str, ...] = typing.get_args(TInit)
 #: Rule value of PitOptions.t_scale (tying.interface.pit.scratch_t_scale): c = init_std·√V.
 T_SCALE_AUTO = "auto"
 
@@ -39,6 +44,65 @@ def _positive_or_rule(name: str, value: Any, rule: str) -> None:
         isinstance(value, int | float) and math.isfinite(value) and value > 0
     ):
         raise InvalidInputError(f"{name} must be a positive number or {rule!r}, got {value!r}")
+
+
+#: The degrees of freedom `fit_pit` can move: "t" (T through its Cholesky factor), "gain"
+#: (the final-norm gain, and a LayerNorm bias with it), "bias" (the input bias of a centred
+#: PIT) and "z" (the memory Z, kept orthonormal — and centred — by retraction).
+FIT_PARAMETERS = ("t", "gain", "bias", "z")
+
+
+@dataclass
+class FitOptions:
+    """Options of `fit_pit` (`t_init="fit"`): what moves, how far, on how much text.
+
+    Attributes:
+        tokens: the budget: calibration tokens the fit trains on, each once (fresh
+            windows each step); the calibration windows must hold at least
+            `tokens + check_tokens`. The default, 65,536 (128 steps of 2 × 256 tokens),
+            brought SmolLM2-135M's step-0 KL to 0.95 nats/token (16,384: 1.60; the fit's
+            gain comes from its number of steps, not from fresh text: docs/teacher.md).
+        check_tokens: held-out calibration tokens on which the KL is measured before and
+            after; the fit keeps the start if it did not lower the KL there.
+        batch_windows: windows per step.
+        params: what moves, a comma-separated subset of t (T), gain (the final-norm gain), bias
+            (the input bias) and z (the memory Z, retracted after each step).
+        lr: Adam step size of X, the symmetric log-change of T
+            (T = T0^{1/2} exp(X) T0^{1/2}: a scale-free, always-SPD parametrisation).
+        gain_lr: Adam step size of the log-change of the gain and of the input bias
+            (in units of the teacher's RMS embedding entry).
+        z_lr: Adam step size of Z's entries (when "z" is fitted).
+        autocast: run the trunk under bf16 autocast (the head and KL stay float32).
+    """
+
+    tokens: int = 65536
+    check_tokens: int = 1024
+    batch_windows: int = 2
+    params: str = "t,gain,bias"
+    lr: float = 5e-4
+    gain_lr: float = 5e-3
+    z_lr: float = 1e-4
+    autocast: bool = True
+
+    def __post_init__(self) -> None:
+        names = self.parameter_names()
+        bad = sorted(set(names) - set(FIT_PARAMETERS))
+        if bad or not names:
+            raise InvalidInputError(
+                f"fit params must be a comma-separated subset of {FIT_PARAMETERS}, got {self.params!r}"
+            )
+        for name in ("tokens", "batch_windows"):
+            if getattr(self, name) < 1:
+                raise InvalidInputError(f"fit {name} must be >= 1, got {getattr(self, name)}")
+        if self.check_tokens < 0:
+            raise InvalidInputError(f"fit check_tokens must be >= 0, got {self.check_tokens}")
+
+    def parameter_names(self) -> tuple[str, ...]:
+        """The fitted degrees of freedom, in FIT_PARAMETERS order."""
+        chosen = {p.strip() for p in self.params.split(",") if p.strip()}
+        return tuple(p for p in FIT_PARAMETERS if p in chosen) + tuple(
+            sorted(chosen - set(FIT_PARAMETERS))
+        )
 
 
 @dataclass
@@ -80,7 +144,9 @@ class PitOptions:
         t_init: teacher mode: how T is initialised (fit, output, input, identity; null = the
             conversion default, fit: T and the final-norm gain fitted to the teacher on
             calibration windows drawn from the training data with seed + 1; its budget is the
-            run's `fit` section).
+            `pit.fit` section).
+        fit: teacher mode, t_init=fit: the fit's options (`FitOptions`): fit.tokens (budget in
+            calibration tokens), fit.params (what moves: a subset of t,gain,bias,z), step sizes.
         centre: teacher mode: build Z from the centred teacher, its mean row an input bias.
         input_scale: teacher mode: scale correction: auto (searched on calibration windows),
             none, or a number r (E at r times the teacher's scale).
@@ -114,9 +180,15 @@ class PitOptions:
         "pit_z_lr_scale": "z_lr_scale",
         "pit_t_optimizer": "t_optimizer",
         "pit_l_lr_scale": "l_lr_scale",
+        "fit": "fit",
+        # the flat keys of `tying convert` (ConvertOptions) before its `pit:` section
+        "centre": "centre",
+        "input_scale": "input_scale",
+        "trainable_z": "trainable_z",
     }
 
-    t_init: Literal["fit", "output", "input", "identity"] | None = None
+    t_init: TInit | None = None
+    fit: FitOptions = field(default_factory=FitOptions)
     centre: bool = True
     input_scale: str = "auto"
     trainable_z: bool | None = None

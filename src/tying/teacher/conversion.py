@@ -7,9 +7,11 @@ from typing import Any, Literal
 
 import torch
 
-from tying.config import positional, tie_field
-from tying.conversion import FitOptions
+from tying.config import ConfigError, positional, tie_field
 from tying.hf import export, interface_of
+from tying.interface import check_tie
+from tying.interface.options import PitOptions, TransposeOptions
+from tying.interface.registry import check_interface_options, options_section
 from tying.loader import load_for_export
 from tying.outputs import output_folder
 from tying.teacher.step0 import convert_spec
@@ -19,27 +21,32 @@ from tying.teacher.step0 import convert_spec
 class ConvertOptions:
     """Options of `tying convert`.
 
+    The interface's conversion options live in its section, as in a run's config
+    (`tying.train.TrainConfig`): `tt:` (`TransposeOptions`) and `pit:` (`PitOptions`: t_init,
+    fit, centre, input_scale, trainable_z, diag_activation), of which only the chosen
+    interface's may leave its defaults. The flat keys of earlier versions (t_init, centre,
+    input_scale, trainable_z, fit) are read into `pit:` with a DeprecationWarning until 0.3.
+
     Attributes:
         spec: the teacher: smollm2, a .gguf file, a transformers folder, a hub id, or a
             training run of our decoder (a run, `checkpoints/` or checkpoint folder).
         out: output folder (save_pretrained format + tokenizer).
         tie: token interface: untied, tt or pit.
-        t_init: PIT: initialisation of T: fit (T and the final-norm gain fitted to the
-            teacher on calibration text), output (keep the head), input (keep the embedding)
-            or identity; null = the default, fit (docs/teacher.md).
-        centre: PIT: build Z from the centred teacher and carry its mean row as an input
-            bias (W_out E = I is kept; --no-centre for the raw teacher).
-        input_scale: PIT scale correction: auto (searched on calibration text), none, or a
-            number r (E at r times the teacher's scale, the head kept by the final-norm gain).
+        tt: TT's options: tt.input_grad_scale.
+        pit: PIT's conversion options: pit.t_init (fit, output, input or identity; null = the
+            default, fit: T and the final-norm gain fitted to the teacher on calibration text,
+            docs/teacher.md), pit.fit (the fit's budget pit.fit.tokens, what moves
+            pit.fit.params, step sizes), pit.centre (build Z from the centred teacher, its mean
+            row an input bias; --no-pit.centre for the raw teacher), pit.input_scale (auto:
+            searched on calibration text, none, or a number r), pit.trainable_z (Z a parameter
+            instead of a frozen buffer). Its training keys (pit.t_scale, the optimizers) do not
+            apply to a conversion.
         calibration: PIT: calibration text for input_scale=auto and t_init=fit (a file,
             folder, glob or hf:NAME; null = the Gutenberg training books).
-        fit: the fit of t_init=fit: fit.tokens (budget in calibration tokens), fit.params
-            (what moves: a subset of t,gain,bias,z), step sizes.
         step0_tokens: held-out tokens (Gutenberg validation) on which the step-0
-            KL(teacher ‖ converted) is measured, reported and printed (0 = skip).
+            KL(teacher ‖ converted) is measured, reported and printed (0 = skip); any tie.
         source: TT/PIT of an untied teacher: build from its input embedding or its output head
             (null = the interface's default).
-        trainable_z: PIT: make Z a parameter (default: a frozen buffer).
         dtype: weights dtype.
         cache: cache dequantized GGUF models (in $TYING_CACHE_DIR).
         overwrite: replace a non-empty `out`.
@@ -48,17 +55,36 @@ class ConvertOptions:
     spec: str = positional()
     out: str
     tie: str = tie_field()
-    t_init: Literal["fit", "output", "input", "identity"] | None = None
-    centre: bool = True
-    input_scale: str = "auto"
+    tt: TransposeOptions = field(default_factory=TransposeOptions)
+    pit: PitOptions = field(default_factory=PitOptions)
     calibration: str | None = None
-    fit: FitOptions = field(default_factory=FitOptions)
     step0_tokens: int = 2048
     source: Literal["input", "output"] | None = None
-    trainable_z: bool = False
     dtype: Literal["float32", "float64", "bfloat16", "float16"] = "float32"
     cache: bool = True
     overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        try:
+            check_tie(self.tie)
+            check_interface_options(self, self.tie)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
+    def conversion_keywords(self) -> dict[str, Any]:
+        """The chosen interface's conversion keywords, from its section (through the registry)."""
+        section = options_section(self, self.tie)
+        return {} if section is None else section.interface_keywords(teacher=True)
+
+
+#: Keys of the interface sections that only training reads: no `tying convert` flag.
+TRAINING_ONLY_KEYS = (
+    "pit.t_scale",
+    "pit.z_optimizer",
+    "pit.z_lr_scale",
+    "pit.t_optimizer",
+    "pit.l_lr_scale",
+)
 
 
 def convert_to_folder(options: ConvertOptions) -> dict[str, Any]:
@@ -70,16 +96,8 @@ def convert_to_folder(options: ConvertOptions) -> dict[str, Any]:
 
     Raises:
         FileExistsError: `out` is not empty and `overwrite` is off (checked before loading).
-        ValueError: an option that does not apply to the chosen interface, an unsupported model.
+        ValueError: an unsupported model.
     """
-    defaults = ConvertOptions.__dataclass_fields__
-    conversion: dict[str, Any] = {"source": options.source}
-    # The interface's own options, passed only when set (an option of another interface raises;
-    # the defaults here are PIT's own).
-    for key in ("t_init", "centre", "input_scale", "trainable_z"):
-        value = getattr(options, key)
-        if value != defaults[key].default:
-            conversion[key] = value
     with output_folder(options.out, options.overwrite) as tmp:
         model, tokenizer, report = convert_spec(
             options.spec,
@@ -88,8 +106,9 @@ def convert_to_folder(options: ConvertOptions) -> dict[str, Any]:
             cache=options.cache,
             calibration_source=options.calibration,
             step0_tokens=options.step0_tokens,
-            fit_options=options.fit,
-            **conversion,
+            fit_options=options.pit.fit,
+            source=options.source,
+            **options.conversion_keywords(),
         )
         model.save_pretrained(tmp)
         if tokenizer is not None:

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tying.config import ConfigError, from_dict, lift_moved_keys, renamed, tie_field
-from tying.conversion import FitOptions
 from tying.devices import Precision
 from tying.interface import check_tie, interface_class, ties
 from tying.interface.options import (
@@ -82,14 +81,14 @@ class TrainConfig:
             transformers folder, a hub id, or a training run of our decoder, converted on its own
             interface); null trains `preset` from scratch.
         tie: token interface: untied, tt (W_out = E^T) or pit (pseudo-inverse tying).
-        fit: teacher-mode PIT, pit.t_init=fit: fit.tokens (calibration tokens), fit.params (what
-            moves: a subset of t,gain,bias,z), step sizes.
         step0_tokens: teacher mode: validation tokens on which the step-0 KL(teacher ‖
             converted) is measured, written to conversion.json and a step-0 metrics row (0 =
             not measured).
         tt: TT's options (`tying.interface.options.TransposeOptions`): tt.input_grad_scale,
             the multiplier of the input-side gradient of E (unitless).
-        pit: PIT's options (`tying.interface.options.PitOptions`): pit.t_init and
+        pit: PIT's options (`tying.interface.options.PitOptions`): pit.t_init, pit.fit (the
+            fit of t_init=fit: pit.fit.tokens, pit.fit.params, ...; the flat `fit` of earlier
+            versions is read with a DeprecationWarning) and
             pit.centre, pit.input_scale (teacher-mode conversion), pit.trainable_z,
             pit.diag_activation, pit.t_scale (scratch T = c·I), pit.z_optimizer,
             pit.z_lr_scale, pit.t_optimizer, pit.l_lr_scale (how Z and T are optimised).
@@ -133,7 +132,6 @@ class TrainConfig:
     preset: str = "tiny"
     model: str | None = None
     tie: str = tie_field()
-    fit: FitOptions = field(default_factory=FitOptions)
     step0_tokens: int = 2048
     tt: TransposeOptions = field(default_factory=TransposeOptions)
     pit: PitOptions = field(default_factory=PitOptions)

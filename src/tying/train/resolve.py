@@ -194,7 +194,7 @@ def build_model(
             tie=cfg.tie,
             calibration=calibration,
             measure=measure,
-            fit_options=cfg.fit,
+            fit_options=cfg.pit.fit,
             progress=cfg.progress,
             **options,
         )
