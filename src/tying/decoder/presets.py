@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from tying.decoder.config import ModelConfig
+from tying.errors import InvalidInputError
 
 #: Shape fields of each preset; every other ModelConfig field keeps its default.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -49,5 +50,5 @@ def preset_config(name: str, **overrides: Any) -> ModelConfig:
         ValueError: unknown preset name (the message lists the presets), or an invalid override.
     """
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose one of {list(PRESETS)}")
+        raise InvalidInputError(f"unknown preset {name!r}; choose one of {list(PRESETS)}")
     return ModelConfig(**{**PRESETS[name], **overrides})

@@ -50,6 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from tying.errors import InvalidInputError
+
 #: Isolation modes, strongest first.
 ISOLATIONS = ("bwrap", "unshare", "guard")
 #: Environment variable that picks the isolation `run_program` uses when asked for "auto".
@@ -168,11 +170,11 @@ def _resolve_isolation(isolation: str) -> str:
         if isolation == "auto":
             return available_isolations()[0]
     if isolation not in ISOLATIONS:
-        raise ValueError(
+        raise InvalidInputError(
             f"unknown sandbox isolation {isolation!r}: use 'auto' or one of {', '.join(ISOLATIONS)}"
         )
     if isolation not in available_isolations():
-        raise ValueError(
+        raise InvalidInputError(
             f"sandbox isolation {isolation!r} does not work on this machine (available: "
             f"{', '.join(available_isolations())}); install bubblewrap or use 'auto'"
         )

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tying.errors import InvalidInputError
 from tying.experiment.config import (
     AnalysisSettings,
     ExperimentConfig,
@@ -83,7 +84,9 @@ def run_updates_only(cfg: ExperimentConfig, progress: bool = True) -> Path:
     from tying.experiment.updates import run_updates
 
     if not cfg.updates.enabled:
-        raise ValueError("the config has no update stage: give updates.bases or updates.units")
+        raise InvalidInputError(
+            "the config has no update stage: give updates.bases or updates.units"
+        )
     require_trained(run_grid(cfg, progress=progress))
     run_updates(cfg, progress=progress)
     key, block = update_block(cfg)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tying.config import to_dict
+from tying.errors import InvalidInputError
 from tying.experiment.config import AnalysisSettings, ExperimentConfig, RunSpec
 from tying.experiment.runner import read_done
 from tying.train.metrics import read_metrics, rolling_mean
@@ -85,7 +86,7 @@ def run_summary(run_dir: str | Path, settings: AnalysisSettings) -> dict[str, An
     train_rows = [r for r in rows if r.get("loss") is not None and "lr" in r]
     val_rows = [r for r in rows if r.get("val_loss") is not None]
     if not train_rows:
-        raise ValueError(f"{run_dir}/metrics.jsonl has no training rows: did the run start?")
+        raise InvalidInputError(f"{run_dir}/metrics.jsonl has no training rows: did the run start?")
     done = read_done(run_dir)
     losses = [float(r["loss"]) for r in train_rows]
     tail = losses[-settings.loss_window :]

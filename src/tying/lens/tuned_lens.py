@@ -111,7 +111,7 @@ class TunedLens(nn.Module):
     def check_compatible(self, model: LoadedModel) -> None:
         """Raise ValueError unless the lens fits `model` (same d and number of entries)."""
         if (self.d_model, self.n_entries) != (model.d_model, model.n_entries):
-            raise ValueError(
+            raise InvalidInputError(
                 f"the tuned lens (model {self.model_name!r}: d={self.d_model}, "
                 f"{self.n_entries} entries) does not fit model {model.name!r} (d={model.d_model}, "
                 f"{model.n_entries} entries): train a lens for this model"
@@ -164,7 +164,7 @@ class TunedLens(nn.Module):
         expected = {"weight": tuple(lens.weight.shape), "bias": tuple(lens.bias.shape)}
         got = {k: tuple(v.shape) for k, v in tensors.items()}
         if got != expected:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{folder / WEIGHTS_FILE} holds tensors {got}, expected {expected} from its config"
             )
         with torch.no_grad():
@@ -202,9 +202,11 @@ class TunedLensTraining:
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+            raise InvalidInputError(
+                f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}"
+            )
         if self.steps < 1 or self.tokens_per_step < 1:
-            raise ValueError(
+            raise InvalidInputError(
                 f"steps and tokens_per_step must be >= 1, got {self.steps}, {self.tokens_per_step}"
             )
         if not 0 <= self.momentum < 1:

@@ -39,6 +39,7 @@ from tying.analysis import (
     omnibus_distance,
     omnibus_embedding,
 )
+from tying.errors import InvalidInputError
 from tying.probe.matrices import InterfaceMatrices
 from tying.probe.stages import Log, quiet_log
 
@@ -66,7 +67,7 @@ def vocab_match(a: InterfaceMatrices, b: InterfaceMatrices) -> tuple[Tensor, Ten
         idx = torch.arange(a.vocab_size)
         return idx, idx, {"matched": a.vocab_size, **info, "by": "id"}
     missing = "A" if a.tokens is None else "B"
-    raise ValueError(
+    raise InvalidInputError(
         f"cannot match the vocabularies: model {missing} has no tokenizer (V_A = "
         f"{a.vocab_size}, V_B = {b.vocab_size}); set tokenizer / against_tokenizer"
     )

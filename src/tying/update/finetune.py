@@ -52,6 +52,7 @@ from tying.adapters import (
 )
 from tying.config import ConfigError, from_dict, positional, to_dict
 from tying.devices import Precision, autocast_for, resolve_device, resolve_precision
+from tying.errors import ExistingFileError, InvalidInputError
 from tying.loader import load_any
 from tying.outputs import write_text_atomic
 from tying.train import checkpoint as ckpt
@@ -206,22 +207,22 @@ def check_options(options: FinetuneOptions) -> None:
     }
     for name, value in positive.items():
         if int(value) < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
+            raise InvalidInputError(f"{name} must be >= 1, got {value}")
     if options.max_steps is not None and options.max_steps < 0:
-        raise ValueError(
+        raise InvalidInputError(
             f"max_steps must be >= 0, got {options.max_steps}; leave it unset for `epochs` passes"
         )
     if options.max_seq_len < 2:
-        raise ValueError(f"max_seq_len must be >= 2 tokens, got {options.max_seq_len}")
+        raise InvalidInputError(f"max_seq_len must be >= 2 tokens, got {options.max_seq_len}")
     OptimizerSettings.of(options)
     if not options.alpha > 0:
-        raise ValueError(f"alpha must be > 0, got {options.alpha}")
+        raise InvalidInputError(f"alpha must be > 0, got {options.alpha}")
     if not 0.0 <= options.dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {options.dropout}")
+        raise InvalidInputError(f"dropout must be in [0, 1), got {options.dropout}")
     if options.checkpoint_every < 0:
-        raise ValueError(f"checkpoint_every must be >= 0, got {options.checkpoint_every}")
+        raise InvalidInputError(f"checkpoint_every must be >= 0, got {options.checkpoint_every}")
     if options.target_modules is not None and not options.target_modules:
-        raise ValueError("target_modules needs at least one module name")
+        raise InvalidInputError("target_modules needs at least one module name")
     resolve_precision(options.precision)
 
 
@@ -239,7 +240,7 @@ def _resume_point(options: FinetuneOptions, out: Path, log: Callable[[str], None
         and out.exists()
         and (not out.is_dir() or any(p.name != LOCK_FILE for p in out.iterdir()))
     ):
-        refusal = FileExistsError(
+        refusal = ExistingFileError(
             f"{out} is not empty: set resume to continue the run in it, or choose "
             "another output folder (nothing was overwritten)"
         )
@@ -341,7 +342,9 @@ def _load_adapter_state(
     result = set_peft_model_state_dict(peft_model, lora)
     missing = [k for k in getattr(result, "missing_keys", []) if "lora_" in k]
     if missing:
-        raise ValueError(f"the checkpoint lacks adapter tensor {missing[0]}: it is of another run")
+        raise InvalidInputError(
+            f"the checkpoint lacks adapter tensor {missing[0]}: it is of another run"
+        )
     with torch.no_grad():
         for name, parameter in interface.items():
             parameter.copy_(state[INTERFACE_PREFIX + name])
@@ -415,7 +418,7 @@ def _prepare(options: FinetuneOptions) -> _Update:
     precision = resolve_precision(options.precision, device)
     loaded = load_any(options.spec)
     if loaded.tokenizer is None:
-        raise ValueError(
+        raise InvalidInputError(
             f"model {options.spec} has no tokenizer: save one beside it (tokenizer.json) or "
             "finetune a folder that has one"
         )
