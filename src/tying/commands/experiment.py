@@ -38,12 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tying.config import config_from_args, split_config_items
+    from tying.errors import InvalidInputError
     from tying.experiment import ExperimentConfig, run_experiment, run_grid, run_updates_only
 
     path, overrides = split_config_items([args.config, *args.overrides])
     cfg = config_from_args(ExperimentConfig, args, path, overrides)
     if args.train_only and args.updates_only:
-        raise ValueError("--train-only and --updates-only exclude each other: give one")
+        raise InvalidInputError("--train-only and --updates-only exclude each other: give one")
     if args.train_only:
         run_grid(cfg, progress=not args.no_progress)
         return 0

@@ -30,11 +30,12 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from tying.config import config_from_args
+    from tying.errors import InvalidInputError
     from tying.probe import ProbeOptions, run_probe
 
     if args.threads is not None:
         if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+            raise InvalidInputError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     options = config_from_args(ProbeOptions, args)
     result = run_probe(options)
