@@ -77,6 +77,10 @@ VERBS: dict[str, tuple[str, str]] = {
         "tying.commands.finetune",
         "LoRA update of any model on MBPP, GSM8K or a prompt/completion JSONL file",
     ),
+    "add-tokens": (
+        "tying.commands.add_tokens",
+        "add new tokens to any model's vocabulary (untied, TT, PIT; tokenizer included)",
+    ),
     "evaluate": (
         "tying.commands.evaluate",
         "downstream tasks: GSM8K, SVAMP, MBPP, HumanEval through lm-eval (optionally an adapter)",
