@@ -407,7 +407,7 @@ def load_interface_tensors(model: nn.Module, adapter_dir: str | Path) -> list[st
 
     tensors = load_file(str(path))
     interface = interface_of(model)
-    own = dict(interface.named_parameters())
+    own = {**dict(interface.named_buffers()), **dict(interface.named_parameters())}  # PIT's z
     with torch.no_grad():
         for name, value in tensors.items():
             target = own.get(name)

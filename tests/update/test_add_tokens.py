@@ -217,6 +217,7 @@ def decoder_run_folders(small_corpus, tmp_path_factory) -> dict[str, Path]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tie", ["untied", "tt", "pit"])
 def test_add_tokens_to_decoder_runs(decoder_run_folders, tmp_path, tie) -> None:
     import tying
@@ -300,3 +301,59 @@ def test_cli_errors(tiny_base, tmp_path, capsys) -> None:
         err = capsys.readouterr().err.strip().splitlines()[-1]
         assert err.startswith("tying add-tokens: error: ") and message in err
     assert not (tmp_path / "o").exists()
+
+
+# ----------------------------------------------------------------------------- --train-tokens
+@pytest.fixture(scope="module")
+def grown_runs(decoder_run_folders, tmp_path_factory) -> dict[str, Path]:
+    """The decoder runs with NEW added (subwords init)."""
+    from tying.update import AddTokensOptions, add_tokens
+
+    root = tmp_path_factory.mktemp("grown")
+    tokens = _tokens_file(root)
+    return {
+        tie: add_tokens(
+            AddTokensOptions(str(run), tokens=str(tokens), out=str(root / tie), init="subwords")
+        ).out
+        for tie, run in decoder_run_folders.items()
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tie", ["untied", "tt", "pit"])
+def test_train_tokens_new_trains_only_the_new_rows(grown_runs, tmp_path, tie) -> None:
+    from safetensors.torch import load_file
+
+    import tying
+    from tying.update import FinetuneOptions, finetune
+
+    from .conftest import write_jsonl
+
+    records = [
+        {"prompt": f"call {i} <tool_call>", "completion": f" zorblax {i}</tool_call>"}
+        for i in range(8)
+    ]
+    data = write_jsonl(tmp_path / "tools.jsonl", records)
+    out = tmp_path / "ft"
+    finetune(
+        FinetuneOptions(
+            str(grown_runs[tie]), task=str(data), out=str(out), max_steps=3, batch_size=4,
+            lr=1e-2, weight_decay=0.1, train_tokens="new", progress=False, device="cpu",
+            precision="fp32", checkpoint_every=0,
+        )
+    )  # fmt: skip
+    base = tying.load(str(grown_runs[tie])).interface
+    trained = load_file(str(out / "interface.safetensors"))
+    V0 = base.vocab_size - len(NEW)
+    for name in base.vocab_tensors:
+        before, after = getattr(base, name).detach(), trained[name]
+        assert not torch.equal(after[V0:], before[V0:]), name  # the new rows trained
+        if name not in base.manifold_tensors:
+            assert torch.equal(after[:V0], before[:V0]), name  # old rows bitwise (decay 0.1)
+    if tie == "pit":
+        assert "l_param" in trained
+        base.load_state_dict({**base.state_dict(), **trained})
+        E, U = base.analysis_matrices()
+        assert (U.T @ E - torch.eye(E.shape[1], dtype=torch.float64)).abs().max() < 1e-5
+    else:
+        assert set(trained) == set(base.vocab_tensors)  # TT: one matrix serves both ends

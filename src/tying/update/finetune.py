@@ -37,7 +37,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -78,6 +78,8 @@ from tying.update.data import (
     tokenize_examples,
 )
 from tying.update.lora import add_lora, trainable_parameters
+from tying.update.token_rows import TokenRows, select_token_rows
+from tying.update.tokens import first_added_id
 
 #: Summary of a finished run, in the output folder.
 SUMMARY_FILE = "finetune.json"
@@ -116,6 +118,9 @@ class FinetuneOptions:
             inside the decoder blocks: the attention and MLP projections).
         train_interface: also train the token interface (untied: E and W_out; tt: the shared
             matrix; pit: the Cholesky factor L only, Z stays orthonormal).
+        train_tokens: which token rows train (`tying.update.token_rows`): none, new (the rows
+            added by `tying add-tokens`, old rows fixed; PIT: new rows of Z on the manifold and
+            L) or all (every row; PIT: Z with its retraction, and L).
         append_eos: end every completion with the tokenizer's end-of-text token.
         seed: seed of the LoRA initialisation, the dropout and the example order.
         checkpoint_every: steps between checkpoints (0 = only at the end).
@@ -146,6 +151,7 @@ class FinetuneOptions:
     dropout: float = 0.05
     target_modules: list[str] | None = None
     train_interface: bool = False
+    train_tokens: Literal["none", "new", "all"] = "none"
     append_eos: bool = True
     seed: int = 0
     checkpoint_every: int = 50
@@ -168,6 +174,7 @@ RESUME_KEYS = (
     "dropout",
     "target_modules",
     "train_interface",
+    "train_tokens",
     "append_eos",
     "seed",
 )
@@ -405,6 +412,7 @@ class _Update:
     precision: str
     max_steps: int
     steps_per_epoch: int
+    token_rows: TokenRows | None = None
 
 
 def _prepare(options: FinetuneOptions) -> _Update:
@@ -442,6 +450,14 @@ def _prepare(options: FinetuneOptions) -> _Update:
         dropout=options.dropout,
         train_interface=options.train_interface,
     )
+    from tying.adapters import interface_of
+
+    token_rows = select_token_rows(
+        interface_of(peft_model),
+        options.train_tokens,
+        first_added_id(options.spec) if options.train_tokens == "new" else None,
+    )
+    interface_names += [n for n in token_rows.names if n not in interface_names]
     peft_model.to(device)
     steps_per_epoch = math.ceil(len(data.examples) / options.batch_size)
     return _Update(
@@ -460,6 +476,7 @@ def _prepare(options: FinetuneOptions) -> _Update:
             options.max_steps if options.max_steps is not None else options.epochs * steps_per_epoch
         ),
         steps_per_epoch=steps_per_epoch,
+        token_rows=token_rows,
     )
 
 
@@ -475,6 +492,9 @@ def _build_run(options: FinetuneOptions, update: _Update, out: Path) -> Run:
     trained = [p for _, p in update.trainable]
     if {id(p) for p in trained} != {id(p) for g in optimizer.param_groups for p in g["params"]}:
         raise RuntimeError("the optimizer's parameters are not the adapter's trainable tensors")
+    if update.token_rows is not None and update.token_rows.fixes:
+        for opt in optimizer:  # old token rows restored (PIT: Z re-projected) after every step
+            opt.register_step_post_hook(lambda *_: update.token_rows.after_step())
     return Run(
         folder=out,
         info=DistInfo(rank=0, world_size=1, local_rank=0, device=update.device),

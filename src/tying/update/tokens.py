@@ -166,6 +166,21 @@ def token_sources(init: str, tokens: list[str], backend: Any, vocab_size: int) -
     return [backend.encode(t, add_special_tokens=False).ids for t in tokens]
 
 
+def first_added_id(spec: str | Path) -> int:
+    """V_old of a model folder written by `add_tokens` (its add_tokens.json).
+
+    Raises:
+        ValueError: `spec` is not such a folder.
+    """
+    record = Path(spec).expanduser() / RECORD_FILE
+    if not record.is_file():
+        raise ValueError(
+            f"train_tokens=new needs a model written by tying add-tokens ({spec} has no "
+            f"{RECORD_FILE})"
+        )
+    return int(json.loads(record.read_text(encoding="utf-8"))["vocab_size"]["before"])
+
+
 def _set_interface(loaded: LoadedModel, interface: Any) -> None:
     """Put `interface` into the loaded model in place of its current one."""
     from tying.hf.modules import INTERFACE_ATTR
@@ -216,56 +231,73 @@ def _save_model(loaded: LoadedModel, folder: Path, tokenizer: Any) -> str:
 
 
 @torch.no_grad()
-def old_text_change(
+def old_text_changes(
     loaded: LoadedModel,
     before: Any,
-    after: Any,
+    afters: dict[str, Any],
     ids: Tensor,
     seq_len: int = 256,
-) -> dict[str, float]:
-    """KL(before || after) and the loss change on token ids that hold no new token.
+) -> dict[str, dict[str, float]]:
+    """KL(before || after) and the loss change on token ids that hold no new token, for each
+    grown interface of `afters` (one pass of the old model per window, shared).
 
-    The trunk is shared; the interface is swapped between `before` (V rows) and `after`
+    The trunk is shared; the interface is swapped between `before` (V rows) and each `after`
     (V + k rows). The after-softmax runs over all V + k columns (the probability the new
-    tokens take counts as damage); the before-distribution has none on them.
+    tokens take counts as damage); the before-distribution has none on them. When an after
+    interface embeds the window exactly as `before` does, the trunk is not run again.
 
     Args:
-        loaded: the model (its interface is left as `after`).
+        loaded: the model (its interface is left as `before`).
         before: the old interface.
-        after: the grown interface.
+        afters: name -> grown interface.
         ids: (n,) token ids, n ≥ 2.
         seq_len: tokens per window (the last window may be shorter).
 
     Returns:
-        kl_nats, loss_before, loss_after, delta_loss (nats/token), tokens (positions scored).
+        name -> kl_nats, loss_before, loss_after, delta_loss (nats/token), tokens.
     """
     V = before.vocab_size
-    kl_sum = loss_b = loss_a = 0.0
+    sums = {name: [0.0, 0.0, 0.0] for name in afters}  # kl, loss before, loss after
     count = 0
     for start in range(0, ids.numel() - 1, seq_len):
         window = ids[start : start + seq_len + 1]
         if window.numel() < 2:
             break
         inputs, targets = window[:-1].unsqueeze(0), window[1:]
-        logp = []
-        for interface in (before, after):
-            _set_interface(loaded, interface)
-            hidden = loaded.model.final_hidden(inputs)[0]
-            logits = loaded.logits_from_hidden(hidden).to(torch.float64)
-            logp.append(torch.log_softmax(logits, dim=-1))
-        lb, la = logp
-        kl_sum += float((lb.exp() * (lb - la[:, :V])).sum())
-        loss_b -= float(lb.gather(1, targets[:, None]).sum())
-        loss_a -= float(la.gather(1, targets[:, None]).sum())
+        _set_interface(loaded, before)
+        hidden_b = loaded.model.final_hidden(inputs)[0]
+        lb = torch.log_softmax(loaded.logits_from_hidden(hidden_b).to(torch.float64), dim=-1)
+        nll_b = -float(lb.gather(1, targets[:, None]).sum())
+        embedded = before.embed(inputs)
+        for name, after in afters.items():
+            _set_interface(loaded, after)
+            same_input = torch.equal(after.embed(inputs), embedded)
+            hidden = hidden_b if same_input else loaded.model.final_hidden(inputs)[0]
+            la = torch.log_softmax(loaded.logits_from_hidden(hidden).to(torch.float64), dim=-1)
+            sums[name][0] += float((lb.exp() * (lb - la[:, :V])).sum())
+            sums[name][1] += nll_b
+            sums[name][2] -= float(la.gather(1, targets[:, None]).sum())
         count += targets.numel()
-    _set_interface(loaded, after)
+    _set_interface(loaded, before)
     return {
-        "kl_nats": kl_sum / count,
-        "loss_before": loss_b / count,
-        "loss_after": loss_a / count,
-        "delta_loss": (loss_a - loss_b) / count,
-        "tokens": count,
+        name: {
+            "kl_nats": kl / count,
+            "loss_before": nb / count,
+            "loss_after": na / count,
+            "delta_loss": (na - nb) / count,
+            "tokens": count,
+        }
+        for name, (kl, nb, na) in sums.items()
     }
+
+
+def old_text_change(
+    loaded: LoadedModel, before: Any, after: Any, ids: Tensor, seq_len: int = 256
+) -> dict[str, float]:
+    """`old_text_changes` of one grown interface; the model is left with `after` installed."""
+    result = old_text_changes(loaded, before, {"after": after}, ids, seq_len)["after"]
+    _set_interface(loaded, after)
+    return result
 
 
 def _check_options(options: AddTokensOptions) -> tuple[list[str], Path]:
@@ -369,8 +401,10 @@ __all__ = [
     "AddTokensResult",
     "PitKeep",
     "add_tokens",
+    "first_added_id",
     "grow_tokenizer",
     "old_text_change",
+    "old_text_changes",
     "read_token_file",
     "token_sources",
 ]
