@@ -31,3 +31,23 @@ def test_files_are_deterministic_and_use_every_new_token(tmp_path) -> None:
         assert all(t in completion for t in TOOL_TOKENS) and "<<" not in completion
         assert completion.count("<calc>") == completion.count("</calc>") >= 1
         assert record["prompt"].startswith("Question: ") and record["prompt"].endswith("Answer:")
+
+
+def test_interface_update_configs_load_and_add_tokens_is_checked() -> None:
+    from pathlib import Path
+
+    from tying.config import ConfigError
+    from tying.experiment.config import UpdateSettings, load_experiment
+
+    root = Path(__file__).resolve().parents[2] / "configs" / "experiments"
+    a = load_experiment(root / "interface_updates.yaml")
+    b = load_experiment(root / "interface_updates_tokens.yaml")
+    assert a.updates.finetune["train_interface"] and not a.updates.add_tokens
+    assert (
+        b.updates.finetune["train_tokens"] == "new" and b.updates.add_tokens["init"] == "subwords"
+    )
+    assert {r.tie for r in a.runs()} == {"untied", "tt", "pit"} and len(list(a.runs())) == 24
+    with pytest.raises(ConfigError, match="tokens"):
+        UpdateSettings(bases={"m": "smollm2"}, add_tokens={"init": "mean"})
+    with pytest.raises(ConfigError):
+        UpdateSettings(bases={"m": "smollm2"}, add_tokens={"tokens": "t.txt", "init": "words"})

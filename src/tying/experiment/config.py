@@ -129,6 +129,10 @@ class UpdateSettings:
             pairs of grid labels ([[tt, pit]]).
         unit_steps: with `units`, the checkpoint steps that are bases (e.g. [10, 40]); null:
             every checkpoint.
+        add_tokens: `tying add-tokens` options (tokens, init, pit_keep, ...): when given, every
+            base is first grown by those tokens (folder `updates/BASE/grown`) and the grown
+            model is the base that is evaluated, updated and compared (issue 36's new-token
+            update); empty = none.
     """
 
     bases: dict[str, str] = field(default_factory=dict)
@@ -142,6 +146,7 @@ class UpdateSettings:
     side_effects: dict[str, Any] = field(default_factory=dict)
     units: bool = False
     unit_steps: list[int] | None = None
+    add_tokens: dict[str, Any] = field(default_factory=dict)
 
     @property
     def enabled(self) -> bool:
@@ -200,6 +205,18 @@ class UpdateSettings:
             ("evaluate", EvaluateOptions, {"spec": "model"}),
             ("side_effects", SideEffectsOptions, {"base": "a", "updated": "b"}),
         )
+        if self.add_tokens:
+            from tying.update.tokens import AddTokensOptions
+
+            own = [k for k in self.add_tokens if k in ("spec", "out")]
+            if own or "tokens" not in self.add_tokens:
+                raise ConfigError(
+                    "updates.add_tokens needs `tokens` (a file, one string a line) and sets "
+                    f"spec and out itself (remove {own})"
+                )
+            from_dict(
+                AddTokensOptions, {**self.add_tokens, "spec": "m"}, source="updates.add_tokens"
+            )
         for section, cls, required in sections:
             keys = dict(getattr(self, section))
             skip = keys.pop("skip", False) if section == "side_effects" else False

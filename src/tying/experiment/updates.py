@@ -30,6 +30,7 @@ steps are the verbs' library functions with the experiment's option sections.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable
@@ -179,6 +180,13 @@ def _side_effects(
     run_side_effects(from_dict(SideEffectsOptions, data, source="updates.side_effects"))
 
 
+def _add_tokens(cfg: ExperimentConfig, spec: str, out: Path) -> None:
+    from tying.update.tokens import AddTokensOptions, add_tokens
+
+    data = {**cfg.updates.add_tokens, "spec": spec, "out": str(out), "overwrite": True}
+    add_tokens(from_dict(AddTokensOptions, data, source="updates.add_tokens"))
+
+
 def run_updates(cfg: ExperimentConfig, progress: bool = True) -> None:
     """Evaluate, update and measure every base and task (finished steps skipped)."""
     u = cfg.updates
@@ -196,6 +204,15 @@ def run_updates(cfg: ExperimentConfig, progress: bool = True) -> None:
         work()
 
     for b in bases:
+        if u.add_tokens:  # the grown model is the base (issue 36's new-token update)
+            grown = cfg.root / "updates" / b.name / "grown"
+            steps += 1
+            step(
+                f"{b.name}: add tokens",
+                grown / "add_tokens.json",
+                lambda b=b, grown=grown: _add_tokens(cfg, b.spec, grown),
+            )
+            b = dataclasses.replace(b, spec=str(grown))
         base, spec = b.name, b.spec
         base_eval = base_eval_folder(cfg, base)
         step(
