@@ -82,3 +82,40 @@ def test_tt_train_interface_equals_peft_with_ensure_weight_tying(tiny_base, qa_f
     assert lora_keys == set(our_lora)
     for key in lora_keys:
         torch.testing.assert_close(our_lora[key], their_lora[key], rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_tied_model_updated_through_tying_exports_tied(tiny_base, qa_file, tmp_path):
+    """finetune --train-interface, the adapter applied and merged, `tying.hf.export`: the
+    checkpoint is tied (one stored matrix) and holds the trained matrix."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from tying.adapters import apply_adapter, causal_lm_of
+    from tying.hf import export
+    from tying.loader import load_any
+    from tying.update import FinetuneOptions, finetune
+
+    adapter = tmp_path / "adapter"
+    finetune(
+        FinetuneOptions(
+            str(tiny_base), task=str(qa_file), out=str(adapter), max_steps=2, batch_size=4,
+            max_seq_len=64, lr=3e-3, train_interface=True, checkpoint_every=0,
+            progress=False, precision="fp32", device="cpu",
+        )
+    )  # fmt: skip
+    loaded = load_any(str(tiny_base))
+    causal = causal_lm_of(loaded.model, eos_token_id=loaded.tokenizer.eos_id)
+    merged = apply_adapter(causal, adapter).merge_and_unload()
+    export(merged, tmp_path / "exported")
+    plain = AutoModelForCausalLM.from_pretrained(tmp_path / "exported")
+    assert plain.config.tie_word_embeddings
+    embed, head = plain.get_input_embeddings().weight, plain.lm_head.weight
+    assert embed.data_ptr() == head.data_ptr()
+    trained = load_file(str(adapter / "interface.safetensors"))["weight"]
+    torch.testing.assert_close(embed.detach(), trained, rtol=0, atol=0)
+    ids = torch.tensor([[5, 17, 42, 99, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(
+            plain(ids).logits, merged(input_ids=ids).logits, atol=1e-5, rtol=0
+        )
