@@ -3,7 +3,7 @@
 naive polar re-orthonormalisation with T kept), on SmolLM2-135M plain (TT) and PIT-converted
 (`tying convert smollm2 --tie pit`), in float32 on the CPU.
 
-    python benchmarks/add_tokens_damage.py --tokens 4096 --out benchmarks/results/add_tokens_damage.json
+    python -m studies.add_tokens_damage --tokens 4096   # -> docs/results/add_tokens_damage.json
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--seq-len", type=int, default=512)
-    parser.add_argument("--out", default="benchmarks/results/add_tokens_damage.json")
+    parser.add_argument("--out", default="docs/results/add_tokens_damage.json")
     args = parser.parse_args()
     torch.set_grad_enabled(False)
     text = (data_dir() / "corpus" / "wikitext-2" / "test.txt").read_text()
