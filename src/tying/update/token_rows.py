@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from tying.errors import InvalidInputError
 from tying.interface import TokenInterface
 
 TRAIN_TOKENS = ("none", "new", "all")
@@ -99,13 +100,13 @@ def select_token_rows(
         ValueError: an unknown mode, or `new` without added rows.
     """
     if mode not in TRAIN_TOKENS:
-        raise ValueError(f"train_tokens must be one of {TRAIN_TOKENS}, got {mode!r}")
+        raise InvalidInputError(f"train_tokens must be one of {TRAIN_TOKENS}, got {mode!r}")
     rows = TokenRows(mode, first_new if mode == "new" else None)
     if mode == "none":
         return rows
     V = interface.vocab_size
     if mode == "new" and (first_new is None or not 0 < first_new < V):
-        raise ValueError(
+        raise InvalidInputError(
             f"train_tokens=new needs added tokens (rows {first_new}..{V - 1} of a model written "
             "by tying add-tokens)"
         )

@@ -42,6 +42,7 @@ import torch
 from torch import Tensor
 
 from tying.config import positional
+from tying.errors import ExistingFileError, InvalidInputError, MissingFileError
 from tying.interface.resize import PitKeep, grow_interface
 from tying.loader import LoadedModel, load_any
 from tying.outputs import write_text_atomic
@@ -109,7 +110,7 @@ def read_token_file(path: str | Path) -> list[str]:
     """
     path = Path(path).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(f"no such tokens file: {path}")
+        raise MissingFileError(f"no such tokens file: {path}")
     tokens: list[str] = []
     seen: dict[str, int] = {}
     for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
@@ -117,13 +118,13 @@ def read_token_file(path: str | Path) -> list[str]:
         if not text:
             continue
         if text in seen:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{path}:{number}: {text!r} is listed twice (first on line {seen[text]})"
             )
         seen[text] = number
         tokens.append(text)
     if not tokens:
-        raise ValueError(f"{path} lists no token (one string a line)")
+        raise InvalidInputError(f"{path} lists no token (one string a line)")
     return tokens
 
 
@@ -138,14 +139,16 @@ def grow_tokenizer(backend: Any, tokens: list[str], vocab_size: int) -> Any:
 
     size = backend.get_vocab_size(with_added_tokens=True)
     if size != vocab_size:
-        raise ValueError(
+        raise InvalidInputError(
             f"the tokenizer has {size} ids but the model {vocab_size} rows: new ids would not "
             "follow the model's last row (models with padded vocabularies are not supported)"
         )
     for text in tokens:
         ids = backend.encode(text, add_special_tokens=False).ids
         if len(ids) == 1 and backend.decode(ids) == text:
-            raise ValueError(f"{text!r} is already one token of the vocabulary (id {ids[0]})")
+            raise InvalidInputError(
+                f"{text!r} is already one token of the vocabulary (id {ids[0]})"
+            )
     grown = Tokenizer.from_str(backend.to_str())
     added = grown.add_tokens([AddedToken(t, special=False, normalized=False) for t in tokens])
     if added != len(tokens):
@@ -160,7 +163,7 @@ def grow_tokenizer(backend: Any, tokens: list[str], vocab_size: int) -> Any:
 def token_sources(init: str, tokens: list[str], backend: Any, vocab_size: int) -> list[list[int]]:
     """For each new string, the old ids whose rows its init averages (see the module docstring)."""
     if init not in INITS:
-        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+        raise InvalidInputError(f"init must be one of {INITS}, got {init!r}")
     if init == "mean":
         return [list(range(vocab_size)) for _ in tokens]
     return [backend.encode(t, add_special_tokens=False).ids for t in tokens]
@@ -174,7 +177,7 @@ def first_added_id(spec: str | Path) -> int:
     """
     record = Path(spec).expanduser() / RECORD_FILE
     if not record.is_file():
-        raise ValueError(
+        raise InvalidInputError(
             f"train_tokens=new needs a model written by tying add-tokens ({spec} has no "
             f"{RECORD_FILE})"
         )
@@ -302,17 +305,17 @@ def old_text_change(
 
 def _check_options(options: AddTokensOptions) -> tuple[list[str], Path]:
     if not options.tokens:
-        raise ValueError("give the new tokens: --tokens FILE (one string a line)")
+        raise InvalidInputError("give the new tokens: --tokens FILE (one string a line)")
     if options.init not in INITS:
-        raise ValueError(f"init must be one of {INITS}, got {options.init!r}")
+        raise InvalidInputError(f"init must be one of {INITS}, got {options.init!r}")
     if options.check_tokens < 2 or options.seq_len < 1:
-        raise ValueError("check_tokens must be >= 2 and seq_len >= 1")
+        raise InvalidInputError("check_tokens must be >= 2 and seq_len >= 1")
     tokens = read_token_file(options.tokens)
     out = Path(options.out).expanduser()
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not options.overwrite:
-        raise FileExistsError(f"{out} is not empty: choose another --out or pass --overwrite")
+        raise ExistingFileError(f"{out} is not empty: choose another --out or pass --overwrite")
     if options.check_text and not Path(options.check_text).expanduser().is_file():
-        raise FileNotFoundError(f"no such check text: {options.check_text}")
+        raise MissingFileError(f"no such check text: {options.check_text}")
     return tokens, out
 
 
@@ -329,7 +332,7 @@ def add_tokens(
     tokens, out = _check_options(options)
     loaded = load_any(options.spec)
     if loaded.tokenizer is None:
-        raise ValueError(f"model {options.spec} has no tokenizer: add-tokens grows one")
+        raise InvalidInputError(f"model {options.spec} has no tokenizer: add-tokens grows one")
     old = loaded.tokenizer
     V = loaded.vocab_size
     backend = grow_tokenizer(old.backend, tokens, V)

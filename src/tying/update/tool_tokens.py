@@ -25,6 +25,7 @@ import json
 import re
 from pathlib import Path
 
+from tying.errors import MissingFileError
 from tying.paths import bench_dir
 
 #: The new tokens, in id order.
@@ -51,7 +52,7 @@ def tool_examples(split: str = "train", limit: int | None = None) -> list[dict[s
     """Prompt/completion records of the GSM8K split whose solution has at least one call."""
     path = bench_dir() / "gsm8k" / f"{split}.jsonl"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: set TYING_BENCH_DIR or TYING_DATA_DIR")
+        raise MissingFileError(f"{path} not found: set TYING_BENCH_DIR or TYING_DATA_DIR")
     records = []
     with open(path, encoding="utf-8") as f:
         for i, line in enumerate(f):
