@@ -92,3 +92,74 @@ def test_every_verb_declares_precision_auto(options: type) -> None:
     field = {f.name: f for f in dataclasses.fields(options)}["precision"]
     assert field.default == "auto"
     assert typing.get_type_hints(options)["precision"] == devices.Precision
+
+
+def test_cpu_bf16_detection_reads_the_flags_and_the_override_wins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fast bf16 rests on a native bf16 instruction in the CPU flags; TYING_CPU_BF16 overrides."""
+    monkeypatch.delenv(devices.CPU_BF16_ENV, raising=False)
+    cases = {
+        frozenset({"avx2", "avx512f", "avx512_bf16"}): (True, "avx512_bf16"),
+        frozenset({"avx2", "amx_bf16", "avx512_bf16"}): (True, "avx512_bf16, amx_bf16"),
+        frozenset({"avx2", "fma"}): (False, "no avx512_bf16/amx_bf16 (avx2)"),
+        frozenset({"avx2", "avx512f", "avx512bw"}): (False, "no avx512_bf16/amx_bf16 (avx512f)"),
+    }
+    for flags, expected in cases.items():
+        devices._detected_cpu_bf16.cache_clear()
+        monkeypatch.setattr(devices, "_cpu_flags", lambda flags=flags: set(flags))
+        assert devices.cpu_bf16_support() == expected
+        assert devices.cpu_has_fast_bf16() is expected[0]
+        assert resolve_precision("auto", "cpu") == ("bf16" if expected[0] else "fp32")
+    devices._detected_cpu_bf16.cache_clear()
+    for value, fast in (("0", False), ("1", True)):
+        monkeypatch.setenv(devices.CPU_BF16_ENV, value)
+        assert devices.cpu_bf16_support() == (fast, f"TYING_CPU_BF16={value}")
+    monkeypatch.delenv(devices.CPU_BF16_ENV)
+    devices._detected_cpu_bf16.cache_clear()
+
+
+def test_this_machines_cpu_flags_are_read() -> None:
+    """On Linux the verdict names flags of /proc/cpuinfo, not oneDNN's answer."""
+    flags = devices._cpu_flags()
+    if flags is None:
+        pytest.skip("no /proc/cpuinfo here")
+    fast, why = devices._detected_cpu_bf16()
+    assert fast == any(f in flags for f in devices.FAST_BF16_FLAGS)
+    assert why.startswith("no avx512_bf16") != fast
+
+
+def test_without_fast_bf16_every_path_resolves_to_fp32(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an AVX2-like CPU (TYING_CPU_BF16=0) no path picks bf16 unasked: precision auto of every
+    verb (train and teacher continuation, demo, lens, probe's lens, evaluate, side effects,
+    finetune), the PIT fit of a conversion and the lens head; bf16 stays available when asked."""
+    from tying.conversion import FitOptions
+    from tying.train.config import TrainConfig
+
+    monkeypatch.setenv(devices.CPU_BF16_ENV, "0")
+    assert resolve_precision("auto", "cpu") == "fp32"
+    assert devices.autocast_for("cpu", "auto") is devices.nullcontext
+    for options in _verb_options():
+        field = {f.name: f for f in dataclasses.fields(options)}["precision"]
+        assert resolve_precision(field.default, "cpu") == "fp32", options.__name__
+    assert FitOptions().autocast == "auto"
+    assert not FitOptions().uses_autocast("cpu")
+    assert not TrainConfig().fit.uses_autocast("cpu")
+    assert FitOptions(autocast=True).uses_autocast("cpu")
+    assert resolve_precision("bf16", "cpu") == "bf16"
+    monkeypatch.setenv(devices.CPU_BF16_ENV, "1")
+    assert resolve_precision("auto", "cpu") == "bf16"
+    assert FitOptions().uses_autocast("cpu")
+    with pytest.raises(ValueError, match="fit autocast must be true, false or auto"):
+        FitOptions(autocast="yes")  # type: ignore[arg-type]
+
+
+def test_info_says_on_what_the_bf16_verdict_rests(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tying.info import environment_info
+
+    monkeypatch.setenv(devices.CPU_BF16_ENV, "0")
+    info = environment_info()
+    assert info["cpu_fast_bf16"] is False
+    assert info["cpu_bf16"] == "TYING_CPU_BF16=0"
+    if info["device"] == "cpu":
+        assert info["auto_precision"] == "fp32"

@@ -7,17 +7,24 @@
 - compile "auto": `torch.compile` on CUDA with Triton (not on the CPU, not with per-step
   tensor hooks, not with TYING_COMPILE=0);
 - precision "auto": bf16 autocast where the hardware multiplies bf16 natively (a CUDA GPU with
-  bf16, or a CPU with AVX512-BF16/AMX as oneDNN reports it), else fp32. Factorizations,
-  log-sum-exp, KL and losses always run in float32/float64 whatever the autocast dtype.
-  Every verb's options declare `precision: Precision = "auto"`.
+  bf16, or a CPU with native bf16 dot products: the x86 flags avx512_bf16 or amx_bf16, the Arm
+  flag bf16; `cpu_bf16_support`), else fp32. A CPU with AVX2 only, or AVX-512 without BF16,
+  runs bf16 matrix products emulated, several times slower than fp32 (oneDNN still reports
+  "bf16 supported" there), so no path picks bf16 on it unless the user asks for it.
+  `TYING_CPU_BF16=0` (or 1) overrides the detection, e.g. to test the AVX2 behaviour on a CPU
+  that has fast bf16. Factorizations, log-sum-exp, KL and losses always run in float32/float64
+  whatever the autocast dtype. Every verb's options declare `precision: Precision = "auto"`.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import platform
 import typing
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -53,12 +60,63 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     return resolved
 
 
-def cpu_has_fast_bf16() -> bool:
-    """Whether this CPU multiplies bf16 natively (oneDNN's bf16 support: AVX512-BF16 or AMX)."""
+#: Environment variable overriding the CPU bf16 detection: "1" fast, "0" not fast (unset: detect).
+CPU_BF16_ENV = "TYING_CPU_BF16"
+#: CPU flags (/proc/cpuinfo) of native bf16 dot products: x86 AVX512-BF16 and AMX, Arm BF16.
+FAST_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+
+
+def cpu_bf16_support() -> tuple[bool, str]:
+    """(fast, why): whether this CPU multiplies bf16 natively, and on what that rests.
+
+    Fast means a native bf16 dot-product instruction (`FAST_BF16_FLAGS` in the CPU flags);
+    without one (AVX2 only, or AVX-512 without BF16) bf16 autocast is emulated and runs
+    several times slower than fp32. `TYING_CPU_BF16=1` or `=0` overrides the detection.
+
+    Returns:
+        (True, "avx512_bf16, amx_bf16") / (False, "no avx512_bf16/amx_bf16 (avx2)") /
+        (fast, "TYING_CPU_BF16=0"): `why` names the flags found, the ones missing with the
+        widest vector unit there is, or the override.
+    """
+    override = os.environ.get(CPU_BF16_ENV, "").strip()
+    if override in ("0", "1"):
+        return override == "1", f"{CPU_BF16_ENV}={override}"
+    return _detected_cpu_bf16()
+
+
+@functools.cache
+def _detected_cpu_bf16() -> tuple[bool, str]:
+    flags = _cpu_flags()
+    if flags is None:  # no /proc/cpuinfo (macOS, Windows): ask oneDNN
+        try:
+            fast = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        except (AttributeError, RuntimeError):
+            fast = False
+        return fast, f"oneDNN on {platform.machine() or 'this CPU'}: {'yes' if fast else 'no'}"
+    found = [flag for flag in FAST_BF16_FLAGS if flag in flags]
+    if found:
+        return True, ", ".join(found)
+    widest = next((f for f in ("avx512f", "avx2", "avx", "sve", "asimd") if f in flags), "none")
+    return False, f"no avx512_bf16/amx_bf16 ({widest})"
+
+
+def _cpu_flags() -> set[str] | None:
+    """The flags of the first processor in /proc/cpuinfo ("flags" on x86, "Features" on Arm),
+    or None where there is no such file."""
     try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return None
+
+
+def cpu_has_fast_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (see `cpu_bf16_support`)."""
+    return cpu_bf16_support()[0]
 
 
 def resolve_precision(precision: str, device: str | torch.device = "cpu") -> str:

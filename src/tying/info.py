@@ -13,11 +13,12 @@ TESTED = {"python": ["3.11", "3.12"], "torch": ["2.6.0", "2.11.0", "2.13.0"]}
 
 def environment_info() -> dict[str, Any]:
     """Versions of tying, Python, torch, transformers (None when absent), the versions the
-    project tested, and the device, precision and compilation a verb picks on "auto"."""
+    project tested, and the device, precision and compilation a verb picks on "auto"; `cpu_bf16` says on what the
+    CPU's bf16 verdict rests (the flags found, the ones missing, or TYING_CPU_BF16)."""
     import torch
 
     import tying
-    from tying.devices import cpu_has_fast_bf16, resolve_compile, resolve_device, resolve_precision
+    from tying.devices import cpu_bf16_support, resolve_compile, resolve_device, resolve_precision
 
     device = resolve_device("auto")
     info: dict[str, Any] = {
@@ -31,7 +32,8 @@ def environment_info() -> dict[str, Any]:
         "compile_auto": resolve_compile("auto", device),
         "cuda_available": torch.cuda.is_available(),
         "cpu_threads": torch.get_num_threads(),
-        "cpu_fast_bf16": cpu_has_fast_bf16(),
+        "cpu_fast_bf16": cpu_bf16_support()[0],
+        "cpu_bf16": cpu_bf16_support()[1],
         "auto_precision": resolve_precision("auto", device),
     }
     for package in ("transformers", "peft", "lm_eval"):

@@ -18,6 +18,7 @@ start when the fit did not lower the KL there.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -35,6 +36,8 @@ from tying.interface.linalg import polar_retraction
 from tying.interface.options import FIT_PARAMETERS as FIT_PARAMETERS  # re-exported
 from tying.interface.options import FitOptions
 from tying.interface.pit import PseudoInverseTying, activation_inverse
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -380,7 +383,9 @@ def fit_pit(
     pit, check, train = _check_fit(parts, options, capture)
     names = options.parameter_names()
     variables = _FitVariables(parts, pit, names)
-    objective = _KLObjective(variables, capture, options.autocast)
+    autocast = options.uses_autocast(pit.z.device)
+    log.info("PIT fit: trunk in %s", "bf16 autocast" if autocast else "fp32")
+    objective = _KLObjective(variables, capture, autocast)
     with _frozen(parts.inner):
         optimizer = variables.optimizer(options)
         kl_before = objective.mean_over(check)
