@@ -10,6 +10,15 @@ The shards concatenated are one token stream: every document's tokens followed b
 documents in `iter_documents` order; a document may span two shards. A build writes each shard
 to ``*.tmp`` and renames it when complete, and writes the manifest last (again via a temporary
 file and ``os.replace``), so a killed build never looks complete.
+
+A build may stop early: after `max_documents` documents, or at the end of the document that
+reaches `max_tokens` tokens (what a training run will read; `tying train max_tokens=...`).
+
+The cache (`ensure_shards`) builds in a hidden sibling folder renamed into place at the end. An
+interrupted build leaves nothing behind: Ctrl-C (SIGINT) and SIGTERM remove the folder before
+the process ends (SIGTERM then exits with status 143), and the folders of builds killed outright
+(SIGKILL, a power cut) are swept by the next `ensure_shards` on the same host, once their process
+is gone.
 """
 
 from __future__ import annotations
@@ -21,6 +30,9 @@ import json
 import os
 import re
 import shutil
+import signal
+import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -77,6 +89,8 @@ class Manifest:
         text_field: the JSON field / column read.
         max_documents: the document limit of the build, or None for all.
         created: UTC time of the build (ISO 8601).
+        max_tokens: the token limit of the build (it ends with the document that reaches it),
+            or None for all.
     """
 
     format_version: int
@@ -91,6 +105,7 @@ class Manifest:
     text_field: str = "text"
     max_documents: int | None = None
     created: str = ""
+    max_tokens: int | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -164,6 +179,8 @@ class _ShardWriter:
         self.shards: list[dict[str, Any]] = []
         self._file = None
         self._tokens = self._documents = self._max = 0
+        #: tokens written so far, all shards together
+        self.total = 0
 
     def _open(self) -> None:
         name = shard_name(len(self.shards))
@@ -196,6 +213,7 @@ class _ShardWriter:
             take = tokens[: self.shard_tokens - self._tokens]
             self._file.write(take.astype(self.dtype, copy=False).tobytes())
             self._tokens += int(take.size)
+            self.total += int(take.size)
             self._documents += int(np.count_nonzero(take == self.eos_id))
             self._max = max(self._max, int(take.max()))
             tokens = tokens[take.size :]
@@ -215,7 +233,7 @@ class _ShardWriter:
 
 
 def _document_batches(
-    documents: Iterator[str], batch_docs: int, max_documents: int | None
+    documents: Iterator[str], batch_docs: int, max_documents: int | None, batch_chars: int
 ) -> Iterator[list[str]]:
     batch: list[str] = []
     chars = count = 0
@@ -227,7 +245,7 @@ def _document_batches(
         batch.append(text)
         chars += len(text)
         count += 1
-        if len(batch) >= batch_docs or chars >= _BATCH_CHARS:
+        if len(batch) >= batch_docs or chars >= batch_chars:
             yield batch
             batch, chars = [], 0
     if batch:
@@ -261,6 +279,7 @@ def build_shards(
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
     batch_docs: int = 256,
     max_documents: int | None = None,
+    max_tokens: int | None = None,
     progress: bool = True,
 ) -> Manifest:
     """Tokenize every document of `source` into token shards in `out_dir`.
@@ -278,6 +297,8 @@ def build_shards(
         shard_tokens: tokens per shard file.
         batch_docs: documents per encode batch.
         max_documents: stop after this many (non-empty) documents; None reads all.
+        max_tokens: stop after the document that brings the shards to this many tokens (EOS
+            included); None reads all.
         progress: show a tqdm bar (tokens, tokens/s) on stderr.
 
     Returns:
@@ -293,8 +314,9 @@ def build_shards(
         raise InvalidInputError(
             f"shard_tokens and batch_docs must be >= 1, got {shard_tokens}, {batch_docs}"
         )
-    if max_documents is not None and max_documents < 1:
-        raise InvalidInputError(f"max_documents must be >= 1 or None, got {max_documents}")
+    for name, limit in (("max_documents", max_documents), ("max_tokens", max_tokens)):
+        if limit is not None and limit < 1:
+            raise InvalidInputError(f"{name} must be >= 1 or None, got {limit}")
     tok = load_tokenizer(tokenizer)
     info: SourceInfo = describe_source(source, text_field)  # raises early for a missing path
     folder = Path(out_dir)
@@ -311,17 +333,28 @@ def build_shards(
         disable=not progress,
         dynamic_ncols=True,
     )
-    batches = _document_batches(iter_documents(source, text_field), batch_docs, max_documents)
+    # with a token limit, batches of about a quarter of the text it needs (4 characters/token)
+    batch_chars = _BATCH_CHARS if max_tokens is None else min(_BATCH_CHARS, max(max_tokens, 2**16))
+    batches = _document_batches(
+        iter_documents(source, text_field), batch_docs, max_documents, batch_chars
+    )
     try:
         with ThreadPoolExecutor(max_workers=1) as pool:
             pending = None
             for batch in batches:
                 future = pool.submit(tok.encode_batch, batch)  # encodes while we read on
                 if pending is not None:
-                    documents += _write_encoded(writer, pending.result(), tok, bar, documents)
+                    documents += _write_encoded(
+                        writer, pending.result(), tok, bar, documents, max_tokens
+                    )
                 pending = future
+                if max_tokens is not None and writer.total >= max_tokens:
+                    pending = None
+                    break
             if pending is not None:
-                documents += _write_encoded(writer, pending.result(), tok, bar, documents)
+                documents += _write_encoded(
+                    writer, pending.result(), tok, bar, documents, max_tokens
+                )
         shards = writer.close()
     except BaseException:
         writer.abort()
@@ -348,14 +381,28 @@ def build_shards(
         text_field=text_field,
         max_documents=max_documents,
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        max_tokens=max_tokens,
     )
     manifest.save(folder)
     return manifest
 
 
 def _write_encoded(
-    writer: _ShardWriter, ids: list[list[int]], tok: TextTokenizer, bar: Any, done: int
+    writer: _ShardWriter,
+    ids: list[list[int]],
+    tok: TextTokenizer,
+    bar: Any,
+    done: int,
+    max_tokens: int | None = None,
 ) -> int:
+    if max_tokens is not None:  # whole documents up to the one that reaches max_tokens
+        room, kept = max_tokens - writer.total, []
+        for doc in ids:
+            if room <= 0:
+                break
+            kept.append(doc)
+            room -= len(doc) + 1 if doc else 0
+        ids = kept
     tokens = _join_with_eos(ids, tok.eos_id)
     if tokens.size and int(tokens.max()) >= tok.vocab_size:  # a tokenizer bug, never data
         raise InvalidInputError(
@@ -385,15 +432,27 @@ def _source_slug(description: str) -> str:
 
 
 def cache_key(
-    fingerprint: str, tokenizer_hash: str, max_documents: int | None, text_field: str = "text"
+    fingerprint: str,
+    tokenizer_hash: str,
+    max_documents: int | None,
+    text_field: str = "text",
+    max_tokens: int | None = None,
 ) -> str:
-    """The 16-hex-digit key of a shard build: source fingerprint × tokenizer × options."""
-    payload = json.dumps([FORMAT_VERSION, fingerprint, tokenizer_hash, max_documents, text_field])
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+    """The 16-hex-digit key of a shard build: source fingerprint × tokenizer × options (a build
+    without a token limit keeps the key it had before the limit existed)."""
+    parts: list[Any] = [FORMAT_VERSION, fingerprint, tokenizer_hash, max_documents, text_field]
+    if max_tokens is not None:
+        parts.append({"max_tokens": max_tokens})
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
 def _is_complete(
-    folder: Path, fingerprint: str, tok: TextTokenizer, max_documents: int | None, text_field: str
+    folder: Path,
+    fingerprint: str,
+    tok: TextTokenizer,
+    max_documents: int | None,
+    text_field: str,
+    max_tokens: int | None = None,
 ) -> bool:
     try:
         manifest = Manifest.load(folder)
@@ -403,6 +462,7 @@ def _is_complete(
         manifest.fingerprint != fingerprint
         or manifest.tokenizer.get("hash") != tok.hash
         or manifest.max_documents != max_documents
+        or manifest.max_tokens != max_tokens
         or manifest.text_field != text_field
     ):
         return False
@@ -429,6 +489,7 @@ def ensure_shards(
     *,
     text_field: str = "text",
     max_documents: int | None = None,
+    max_tokens: int | None = None,
     **build_kwargs: Any,
 ) -> Path:
     """The shard folder of (`source`, `tokenizer`), built only when no complete one exists.
@@ -438,13 +499,14 @@ def ensure_shards(
     another tokenizer gets a new folder, and a second call returns at once. A build goes to a
     temporary sibling folder renamed into place at the end, so concurrent callers (e.g. several
     ranks) never see a half-built folder; still, in a distributed run call it on one rank first.
+    An interrupted build leaves nothing behind (see the module docstring).
 
     Args:
         source: paths/directories/globs or a ``hf:`` spec.
         cache_root: parent folder of the caches (default ``tying.paths.cache_dir() / "shards"``).
         tokenizer: a `TextTokenizer` or a `load_tokenizer` spec (default GPT-2).
         text_field: JSON field / column holding the text.
-        max_documents: see `build_shards` (part of the key).
+        max_documents, max_tokens: see `build_shards` (part of the key).
         **build_kwargs: passed to `build_shards` (``shard_tokens``, ``batch_docs``, ``progress``).
 
     A `source` that is itself a shard folder (written by `tying tokenize --out`, holding
@@ -471,29 +533,100 @@ def ensure_shards(
         return folder
     info = describe_source(source, text_field)
     root = Path(cache_root) if cache_root is not None else cache_dir() / "shards"
-    key = cache_key(info.fingerprint, tok.hash, max_documents, text_field)
+    key = cache_key(info.fingerprint, tok.hash, max_documents, text_field, max_tokens)
     tok_name = Path(tok.name).name if os.sep in tok.name else tok.name
     folder = root / f"{_source_slug(info.description)}-{_slug(tok_name, 24)}-{key}"
-    if _is_complete(folder, info.fingerprint, tok, max_documents, text_field):
+    limits = (max_documents, text_field, max_tokens)
+    if _is_complete(folder, info.fingerprint, tok, *limits):
         return folder
-    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    sweep_abandoned_builds(root)
+    tmp = folder.with_name(f".{folder.name}{_tmp_tag()}{uuid.uuid4().hex[:8]}")
     try:
-        build_shards(
-            source, tmp, tok, text_field=text_field, max_documents=max_documents, **build_kwargs
-        )
-        if _is_complete(folder, info.fingerprint, tok, max_documents, text_field):
+        with _sigterm_raises():
+            build_shards(
+                source,
+                tmp,
+                tok,
+                text_field=text_field,
+                max_documents=max_documents,
+                max_tokens=max_tokens,
+                **build_kwargs,
+            )
+        if _is_complete(folder, info.fingerprint, tok, *limits):
             return folder  # another process finished first
         if folder.exists():
             shutil.rmtree(folder)  # stale or partial
         try:
             os.rename(tmp, folder)
         except OSError:
-            if not _is_complete(folder, info.fingerprint, tok, max_documents, text_field):
+            if not _is_complete(folder, info.fingerprint, tok, *limits):
                 raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def _tmp_tag(pid: int | None = None) -> str:
+    """The part of a build folder's name that says whose it is: ``.tmp-<host>-<pid>-``."""
+    host = _slug(socket.gethostname(), 32).replace("-", "_")
+    return f".tmp-{host}-{os.getpid() if pid is None else pid}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def sweep_abandoned_builds(root: str | Path) -> list[Path]:
+    """Remove the hidden build folders in `root` whose process, on this host, is gone (a build
+    killed by SIGKILL or a power cut); builds of live processes and of other hosts stay.
+
+    Returns:
+        The folders removed.
+    """
+    removed: list[Path] = []
+    prefix = _tmp_tag(0).rsplit("-0-", 1)[0] + "-"  # ".tmp-<host>-"
+    root = Path(root)
+    if not root.is_dir():
+        return removed
+    for path in root.glob(".*"):
+        name = path.name
+        at = name.find(prefix)
+        if at < 0 or not path.is_dir():
+            continue
+        pid = name[at + len(prefix) :].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises SystemExit(143) inside the block, so that cleanup code runs (the default
+    action ends the process at once, leaving a half-built folder). Only in the main thread and
+    only where SIGTERM has its default action: a handler someone installed stays."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+
+    def _raise(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 # --------------------------------------------------------------------------- reading

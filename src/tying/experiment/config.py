@@ -418,10 +418,16 @@ class ExperimentConfig:
     def train_config(self, spec: RunSpec) -> TrainConfig:
         """The TrainConfig of one cell: defaults < `train` < mode section < variant < the cell.
 
-        Gradient paths are tracked; checkpoints are spaced for `checkpoints` per run and all
-        kept (drift reads them).
+        Gradient paths are tracked; the training text is the whole source (`max_tokens: null`,
+        not a run's own `auto` slice) unless the grid sets it; checkpoints are spaced for
+        `checkpoints` per run and all kept (drift reads them).
         """
-        data: dict[str, Any] = {"track_gradient_paths": True, "tensorboard": False}
+        # the whole source, as the grids of docs/results.md were trained (a cell may set it)
+        data: dict[str, Any] = {
+            "track_gradient_paths": True,
+            "tensorboard": False,
+            "max_tokens": None,
+        }
         cell = self._cell_overrides(spec)
         data.update(cell)
         data.update(

@@ -6,6 +6,7 @@ resolver it shares its recursion with (a teacher may be a run).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,8 @@ from tying.train.distributed import DistInfo, barrier
 from tying.train.resolve import build_model, tokenizer_spec
 
 __all__ = ["TrainingSetup", "build_model", "build_setup", "check_vocabulary", "tokenizer_spec"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -56,22 +59,44 @@ def check_vocabulary(tokenizer_vocab: int, model_vocab: int, tokenizer_name: str
         )
 
 
+#: The smallest token slice `max_tokens: auto` tokenizes (2^20 tokens: about 12 Gutenberg books,
+#: a few seconds of tokenization on 2 cores).
+MIN_AUTO_TOKENS = 2**20
+
+
+def data_token_budget(cfg: TrainConfig) -> int | None:
+    """The training tokens a run tokenizes (`TrainConfig.max_tokens`): None = all of the source.
+
+    "auto" covers what the run reads, max_steps × global_batch_tokens + one window, plus in
+    teacher mode the calibration of the conversion (fit tokens + check tokens), rounded up to a
+    power of two and at least `MIN_AUTO_TOKENS`, so that runs of nearby lengths share one cached
+    slice (a resumed run that asks for more steps keeps its slice while the rounded budget stays
+    the same; else pass the first run's max_tokens).
+    """
+    if cfg.max_tokens != "auto":
+        return cfg.max_tokens
+    need = cfg.max_steps * cfg.global_batch_tokens + cfg.seq_len + 1
+    if cfg.model is not None:
+        need += cfg.fit.tokens + cfg.fit.check_tokens
+    return max(MIN_AUTO_TOKENS, 1 << (need - 1).bit_length())
+
+
 def _shards(
     source: str | Path,
     tokenizer: TextTokenizer,
     info: DistInfo,
     max_documents: int | None,
     progress: bool,
+    max_tokens: int | None = None,
 ) -> Path:
     """Token shards of `source` (built once by rank 0, cached, reused by later runs)."""
     root = cache_dir() / "shards"
+    limits = {"max_documents": max_documents, "max_tokens": max_tokens}
     if info.is_main:
-        folder = ensure_shards(
-            source, root, tokenizer, max_documents=max_documents, progress=progress
-        )
+        folder = ensure_shards(source, root, tokenizer, progress=progress, **limits)
     barrier(info)
     if not info.is_main:
-        folder = ensure_shards(source, root, tokenizer, max_documents=max_documents, progress=False)
+        folder = ensure_shards(source, root, tokenizer, progress=False, **limits)
     return folder
 
 
@@ -111,7 +136,9 @@ def build_setup(cfg: TrainConfig, info: DistInfo, *, calibrate: bool = True) -> 
     """
     tokenizer = load_tokenizer(tokenizer_spec(cfg))
     source = cfg.data if cfg.data is not None else default_train_source()
-    train_folder = _shards(source, tokenizer, info, cfg.max_documents, cfg.progress)
+    budget = data_token_budget(cfg)
+    log.info("training text: %s tokens of %s", "all" if budget is None else f"{budget:,}", source)
+    train_folder = _shards(source, tokenizer, info, cfg.max_documents, cfg.progress, budget)
     val_store = None
     val_source = cfg.val_data if cfg.val_data is not None else default_validation_source()
     if val_source != "":

@@ -97,6 +97,11 @@ class TrainConfig:
         val_data: held-out text; null = Gutenberg validation; an empty string = no validation.
         tokenizer: scratch mode: gpt2, smollm2, a tokenizer folder, tokenizer.json or .gguf.
         max_documents: cap on the training documents tokenized (null = all).
+        max_tokens: cap on the training tokens tokenized (whole documents, the last one reaching
+            it): auto = what the run will read (`tying.train.build.data_token_budget`: max_steps
+            × global_batch_tokens, plus the teacher-mode calibration, rounded up to a power of
+            two, at least 2^20), so a short run tokenizes a few books, not the corpus; an integer;
+            null = the whole source (what `tying experiment` grids use).
         max_steps: optimizer steps.
         seq_len: tokens per window.
         global_batch_tokens: tokens per optimizer step over all processes and micro-batches
@@ -141,6 +146,7 @@ class TrainConfig:
     val_data: str | None = None
     tokenizer: str = "gpt2"
     max_documents: int | None = None
+    max_tokens: int | Literal["auto"] | None = "auto"
 
     max_steps: int = 200
     seq_len: int = 256
