@@ -72,3 +72,25 @@ def test_grad_accumulation_must_divide() -> None:
     assert cfg.grad_accum_steps(1) == 4 and cfg.grad_accum_steps(2) == 2
     with pytest.raises(ConfigError, match="not a multiple"):
         cfg.grad_accum_steps(3)
+
+
+def test_max_tokens_auto_is_what_the_run_reads_rounded_up():
+    """`max_tokens: auto` tokenizes max_steps × global_batch_tokens + one window (+ the teacher
+    calibration) rounded up to a power of two, at least 2^20; null = the whole source; grids of
+    `tying experiment` keep the whole source."""
+    from tying.experiment.config import ExperimentConfig
+    from tying.train.build import MIN_AUTO_TOKENS, data_token_budget
+
+    assert TrainConfig().max_tokens == "auto"
+    assert data_token_budget(TrainConfig(max_steps=10, global_batch_tokens=1024)) == 2**20
+    assert data_token_budget(TrainConfig(max_steps=200)) == 2**22  # 3,276,800 + 257 -> 2^22
+    assert data_token_budget(TrainConfig(max_steps=256, global_batch_tokens=16384)) == 2**23
+    teacher = TrainConfig(model="smollm2", max_steps=64, global_batch_tokens=16384)
+    assert data_token_budget(teacher) == 2**21  # 1,048,576 + 257 + 65,536 + 1,024
+    assert data_token_budget(TrainConfig(max_tokens=None)) is None
+    assert data_token_budget(TrainConfig(max_tokens=12345)) == 12345
+    assert MIN_AUTO_TOKENS == 2**20
+    grid = ExperimentConfig(name="g", out="o", ties=["tt"], seeds=[0], train={"max_steps": 2})
+    assert all(grid.train_config(spec).max_tokens is None for spec in grid.runs())
+    capped = ExperimentConfig(name="g", out="o", ties=["tt"], seeds=[0], train={"max_tokens": 9})
+    assert all(capped.train_config(spec).max_tokens == 9 for spec in capped.runs())
