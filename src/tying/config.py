@@ -644,5 +644,8 @@ def config_from_args(
     path: str | Path | None = None,
     overrides: Sequence[str] = (),
 ) -> T:
-    """`cls` from defaults < YAML `path` < `key=value` overrides < flags and positionals."""
-    return load_config(cls, path, overrides, flags_from_args(cls, namespace))
+    """`cls` from defaults < YAML `path` < `key=value` overrides < flags and positionals
+    (shrunk when TYING_EXAMPLE_BUDGET is set: `tying.example_budget`)."""
+    from tying.example_budget import apply_example_budget
+
+    return apply_example_budget(load_config(cls, path, overrides, flags_from_args(cls, namespace)))

@@ -94,3 +94,13 @@ def test_max_tokens_auto_is_what_the_run_reads_rounded_up():
     assert all(grid.train_config(spec).max_tokens is None for spec in grid.runs())
     capped = ExperimentConfig(name="g", out="o", ties=["tt"], seeds=[0], train={"max_tokens": 9})
     assert all(capped.train_config(spec).max_tokens == 9 for spec in capped.runs())
+
+
+def test_validation_budget_covers_what_validation_reads():
+    from tying.train.build import validation_token_budget
+
+    assert validation_token_budget(TrainConfig()) == 2**17  # 65,536 + 257 -> 2^17
+    assert validation_token_budget(TrainConfig(eval_tokens=1024, step0_tokens=0)) == 2**16
+    assert validation_token_budget(TrainConfig(eval_tokens=2**20)) == 2**21
+    assert validation_token_budget(TrainConfig(max_tokens=None)) is None
+    assert validation_token_budget(TrainConfig(max_tokens=12345)) == 2**17

@@ -81,6 +81,16 @@ def data_token_budget(cfg: TrainConfig) -> int | None:
     return max(MIN_AUTO_TOKENS, 1 << (need - 1).bit_length())
 
 
+def validation_token_budget(cfg: TrainConfig) -> int | None:
+    """The held-out tokens a run tokenizes: None (all) when `max_tokens` is null, else what its
+    validation passes and step-0 measurement read (they read the store's first tokens, so the
+    numbers equal those on the whole source), rounded up to a power of two, at least 2^16."""
+    if cfg.max_tokens is None:
+        return None
+    need = max(cfg.eval_tokens, cfg.step0_tokens) + cfg.seq_len + 1
+    return max(2**16, 1 << (need - 1).bit_length())
+
+
 def _shards(
     source: str | Path,
     tokenizer: TextTokenizer,
@@ -142,7 +152,8 @@ def build_setup(cfg: TrainConfig, info: DistInfo, *, calibrate: bool = True) -> 
     val_store = None
     val_source = cfg.val_data if cfg.val_data is not None else default_validation_source()
     if val_source != "":
-        val_folder = _shards(val_source, tokenizer, info, None, cfg.progress)
+        val_budget = validation_token_budget(cfg)
+        val_folder = _shards(val_source, tokenizer, info, None, cfg.progress, val_budget)
         val_store = open_shards(val_folder, allow_padded_vocab=True)
     store = open_shards(train_folder, allow_padded_vocab=True)
     calibration = measure = None

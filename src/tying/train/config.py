@@ -101,7 +101,8 @@ class TrainConfig:
             it): auto = what the run will read (`tying.train.build.data_token_budget`: max_steps
             × global_batch_tokens, plus the teacher-mode calibration, rounded up to a power of
             two, at least 2^20), so a short run tokenizes a few books, not the corpus; an integer;
-            null = the whole source (what `tying experiment` grids use).
+            null = the whole source (what `tying experiment` grids use). The held-out text is
+            cut likewise to what validation reads (`validation_token_budget`), unless null.
         max_steps: optimizer steps.
         seq_len: tokens per window.
         global_batch_tokens: tokens per optimizer step over all processes and micro-batches
