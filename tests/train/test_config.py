@@ -104,3 +104,24 @@ def test_validation_budget_covers_what_validation_reads():
     assert validation_token_budget(TrainConfig(eval_tokens=2**20)) == 2**21
     assert validation_token_budget(TrainConfig(max_tokens=None)) is None
     assert validation_token_budget(TrainConfig(max_tokens=12345)) == 2**17
+
+
+def test_a_resumed_run_keeps_its_slice(tmp_path):
+    """The resolved budget is written into the config (config.yaml records it); a resumed run
+    reads it back whatever its new max_steps; a run of an earlier version (no key) had all."""
+    from tying.config import save_config
+    from tying.train.build import resolve_token_budget
+
+    first = TrainConfig(max_steps=50, global_batch_tokens=1024, out=str(tmp_path))
+    assert resolve_token_budget(first) == 2**20 and first.max_tokens == 2**20
+    save_config(first, tmp_path / "config.yaml")
+    longer = TrainConfig(max_steps=4096, global_batch_tokens=1024, out=str(tmp_path), resume=True)
+    assert resolve_token_budget(longer) == 2**20
+    fresh = TrainConfig(max_steps=4096, global_batch_tokens=1024, out=str(tmp_path))
+    assert resolve_token_budget(fresh) == 2**23  # not a resume: its own (4,194,304 + 257)
+    text = (tmp_path / "config.yaml").read_text()
+    (tmp_path / "config.yaml").write_text(
+        "\n".join(line for line in text.splitlines() if not line.startswith("max_tokens"))
+    )
+    older = TrainConfig(max_steps=50, out=str(tmp_path), resume=True)
+    assert resolve_token_budget(older) is None  # trained on the whole source

@@ -81,6 +81,27 @@ def data_token_budget(cfg: TrainConfig) -> int | None:
     return max(MIN_AUTO_TOKENS, 1 << (need - 1).bit_length())
 
 
+def resolve_token_budget(cfg: TrainConfig) -> int | None:
+    """Set `cfg.max_tokens` to the training tokens of the run (an integer, or None for all) and
+    return it, so that the run folder's config.yaml records the slice.
+
+    A resumed run keeps the slice of the run it continues (the `max_tokens` of its config.yaml;
+    a config.yaml without the key is a run of an earlier version, trained on the whole source),
+    unless this command sets max_tokens itself; otherwise `data_token_budget`.
+    """
+    saved = Path(cfg.out) / "config.yaml"
+    if cfg.resume and cfg.max_tokens == "auto" and saved.is_file():
+        import yaml
+
+        data = yaml.safe_load(saved.read_text(encoding="utf-8")) or {}
+        kept = data.get("max_tokens")
+        if kept is None or isinstance(kept, int):
+            cfg.max_tokens = kept
+            return kept
+    cfg.max_tokens = data_token_budget(cfg)
+    return cfg.max_tokens
+
+
 def validation_token_budget(cfg: TrainConfig) -> int | None:
     """The held-out tokens a run tokenizes: None (all) when `max_tokens` is null, else what its
     validation passes and step-0 measurement read (they read the store's first tokens, so the
@@ -146,7 +167,7 @@ def build_setup(cfg: TrainConfig, info: DistInfo, *, calibrate: bool = True) -> 
     """
     tokenizer = load_tokenizer(tokenizer_spec(cfg))
     source = cfg.data if cfg.data is not None else default_train_source()
-    budget = data_token_budget(cfg)
+    budget = resolve_token_budget(cfg)
     log.info("training text: %s tokens of %s", "all" if budget is None else f"{budget:,}", source)
     train_folder = _shards(source, tokenizer, info, cfg.max_documents, cfg.progress, budget)
     val_store = None
