@@ -70,8 +70,7 @@ def data_token_budget(cfg: TrainConfig) -> int | None:
     "auto" covers what the run reads, max_steps × global_batch_tokens + one window, plus in
     teacher mode the calibration of the conversion (fit tokens + check tokens), rounded up to a
     power of two and at least `MIN_AUTO_TOKENS`, so that runs of nearby lengths share one cached
-    slice (a resumed run that asks for more steps keeps its slice while the rounded budget stays
-    the same; else pass the first run's max_tokens).
+    slice (a resumed run keeps the slice of its first run: `resolve_token_budget`).
     """
     if cfg.max_tokens != "auto":
         return cfg.max_tokens
