@@ -25,7 +25,8 @@ STUDIES = ROOT / "studies"
 LAYERS: dict[str, int] = {
     "_compat": 0,
     "errors": -1,  # below everything: the error types every layer raises
-    "config": 0,
+    "example_budget": 0,
+    "config": 1,
     "paths": 0,
     "threads": 0,
     "devices": 0,

@@ -16,7 +16,7 @@ and in their nested sections (a `TrainConfig`'s `fit`, an experiment's `train`, 
 
 a value already below its cap is kept, and a value of None ("all", "until done") becomes the
 cap. Models are not shrunk: an example that names SmolLM2 still loads it. Anything else set
-to this variable is bad input (ValueError). A warning says when the budget is active.
+to this variable is bad input (InvalidInputError). A warning says when the budget is active.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import dataclasses
 import logging
 import os
 from typing import Any, TypeVar
+
+from tying.errors import InvalidInputError
 
 #: The environment variable; its one accepted value is "tiny".
 EXAMPLE_BUDGET_ENV = "TYING_EXAMPLE_BUDGET"
@@ -87,13 +89,13 @@ def example_budget() -> str | None:
     """The active budget ("tiny") or None when `TYING_EXAMPLE_BUDGET` is unset or empty.
 
     Raises:
-        ValueError: any other value.
+        InvalidInputError: any other value (a ValueError, printed as bad input).
     """
     value = os.environ.get(EXAMPLE_BUDGET_ENV, "").strip()
     if not value:
         return None
     if value != "tiny":
-        raise ValueError(f"{EXAMPLE_BUDGET_ENV} must be tiny or unset, got {value!r}")
+        raise InvalidInputError(f"{EXAMPLE_BUDGET_ENV} must be tiny or unset, got {value!r}")
     return value
 
 
