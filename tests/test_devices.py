@@ -144,7 +144,7 @@ def test_without_fast_bf16_every_path_resolves_to_fp32(monkeypatch: pytest.Monke
         assert resolve_precision(field.default, "cpu") == "fp32", options.__name__
     assert FitOptions().autocast == "auto"
     assert not FitOptions().uses_autocast("cpu")
-    assert not TrainConfig().fit.uses_autocast("cpu")
+    assert not TrainConfig(tie="pit").pit.fit.uses_autocast("cpu")
     assert FitOptions(autocast=True).uses_autocast("cpu")
     assert resolve_precision("bf16", "cpu") == "bf16"
     monkeypatch.setenv(devices.CPU_BF16_ENV, "1")

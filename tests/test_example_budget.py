@@ -34,9 +34,9 @@ def test_train_is_capped_and_stays_valid(monkeypatch: pytest.MonkeyPatch, caplog
     assert cfg.global_batch_tokens == 64 and cfg.grad_accum_steps(1) == 1
     assert (cfg.eval_tokens, cfg.step0_tokens, cfg.max_tokens) == (128, 128, 512)
     assert data_token_budget(cfg) == 512
-    assert (cfg.fit.tokens, cfg.fit.check_tokens) == (256, 64)
+    assert (cfg.pit.fit.tokens, cfg.pit.fit.check_tokens) == (256, 64)
     assert (cfg.tie, cfg.lr, cfg.preset) == ("pit", 1e-3, "tiny")  # not budget knobs: kept
-    again = TrainConfig(**{**dataclasses.asdict(cfg), "fit": cfg.fit, "tt": cfg.tt, "pit": cfg.pit})
+    again = TrainConfig(**{**dataclasses.asdict(cfg), "tt": cfg.tt, "pit": cfg.pit})
     assert again.max_steps == 2  # the capped values pass TrainConfig's own checks
     assert apply_example_budget(TrainConfig(max_steps=1)).max_steps == 1
 

@@ -3,7 +3,7 @@
 The examples of README.md and docs/*.md are run as written by tests/docs/test_examples.py, which
 sets this variable instead of editing their text. When it is set to "tiny", the options of every
 verb built from the command line (`tying.config.config_from_args`) are capped, field by field
-and in their nested sections (a `TrainConfig`'s `fit`, an experiment's `train`, `lens`,
+and in their nested sections (a `TrainConfig`'s `pit.fit`, an experiment's `train`, `lens`,
 `updates` ...), by `TINY`:
 
 - steps: max_steps, steps (demo), update_steps, train_steps, tuned_steps, unit_steps ≤ 2;
@@ -74,7 +74,6 @@ _TRAIN_SECTION: dict[str, Any] = {
     "eval_tokens": 128,
     "step0_tokens": 128,
     "max_tokens": 512,
-    "fit": {"tokens": 256, "check_tokens": 64},
 }
 #: Options whose None means "all" or "until done": None becomes the cap.
 _NONE_MEANS_ALL = {"limit", "max_steps", "steps", "max_new_tokens", "max_tokens", "unit_steps"}

@@ -85,7 +85,7 @@ def test_max_tokens_auto_is_what_the_run_reads_rounded_up():
     assert data_token_budget(TrainConfig(max_steps=10, global_batch_tokens=1024)) == 2**20
     assert data_token_budget(TrainConfig(max_steps=200)) == 2**22  # 3,276,800 + 257 -> 2^22
     assert data_token_budget(TrainConfig(max_steps=256, global_batch_tokens=16384)) == 2**23
-    teacher = TrainConfig(model="smollm2", max_steps=64, global_batch_tokens=16384)
+    teacher = TrainConfig(model="smollm2", tie="pit", max_steps=64, global_batch_tokens=16384)
     assert data_token_budget(teacher) == 2**21  # 1,048,576 + 257 + 65,536 + 1,024
     assert data_token_budget(TrainConfig(max_tokens=None)) is None
     assert data_token_budget(TrainConfig(max_tokens=12345)) == 12345

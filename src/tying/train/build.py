@@ -75,8 +75,9 @@ def data_token_budget(cfg: TrainConfig) -> int | None:
     if cfg.max_tokens != "auto":
         return cfg.max_tokens
     need = cfg.max_steps * cfg.global_batch_tokens + cfg.seq_len + 1
-    if cfg.model is not None:
-        need += cfg.fit.tokens + cfg.fit.check_tokens
+    fit = getattr(cfg.interface_options, "fit", None)  # PIT's conversion fit (pit.fit)
+    if cfg.model is not None and fit is not None:
+        need += fit.tokens + fit.check_tokens
     return max(MIN_AUTO_TOKENS, 1 << (need - 1).bit_length())
 
 
