@@ -22,7 +22,8 @@ exits with status 2; a failure the library explains itself (an exception with an
 else (a ValueError or OSError of our own code, IndexError, KeyError, ...) is a bug: its
 traceback is printed, then one line, and the exit status is 1. `--debug` (or TYING_DEBUG=1)
 re-raises every error with its traceback.
-Ctrl-C exits with 130.
+Ctrl-C exits with 130; a training run interrupted by SIGINT or SIGTERM (its session writes a
+checkpoint first) exits with the session's status, 130 or 143, after one line saying where.
 """
 
 from __future__ import annotations
@@ -308,9 +309,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args._run(args) or 0)
     except SystemExit as e:  # argparse (--help, usage errors) and verbs that exit
         return int(e.code) if isinstance(e.code, int) else (0 if e.code is None else 2)
-    except KeyboardInterrupt:
-        print(f"tying {verb}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # a run session's RunInterrupted says where its work is
+        message = " ".join(str(e).split()) or "interrupted"
+        print(f"tying {verb}: {message}", file=sys.stderr)
+        return int(getattr(e, "exit_status", 130))
     except USER_ERRORS as e:
         if debug:
             raise

@@ -14,14 +14,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import logging
-
     from tying.config import config_from_args
     from tying.update import FinetuneOptions, finetune
 
-    # its lines through the one log (the CLI's format and -q/-v), not finetune's own stderr print
-    log = logging.getLogger("tying.update.finetune")
-    result = finetune(config_from_args(FinetuneOptions, args), log=log.info)
+    result = finetune(config_from_args(FinetuneOptions, args))
     per_step = result.seconds_per_step
     print(
         f"wrote the adapter to {result.out} ({result.steps} steps, final loss "

@@ -43,8 +43,6 @@ from tying.errors import MissingFileError
 from tying.experiment.config import ExperimentConfig, RunSpec
 
 log = logging.getLogger(__name__)
-#: Where the LoRA updates' lines go (`tying.update.finetune` takes a log callable).
-finetune_log = logging.getLogger("tying.update.finetune")
 
 #: Files that mark a finished step.
 RESULTS_FILE = "results.json"
@@ -166,7 +164,7 @@ def _finetune(
 
     data = {"progress": progress, **cfg.updates.finetune}
     data.update(spec=base.spec, seed=base.lora_seed, task=task, out=str(out), resume=True)
-    finetune(from_dict(FinetuneOptions, data, source="updates.finetune"), log=finetune_log.info)
+    finetune(from_dict(FinetuneOptions, data, source="updates.finetune"))
 
 
 def _side_effects(

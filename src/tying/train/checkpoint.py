@@ -6,31 +6,51 @@ Layout of one checkpoint, a folder `checkpoints/step-0000100/`:
     optimizer.pt        optimizer state (tensors and numbers; loaded with weights_only=True)
     rng.safetensors     torch CPU (and CUDA) random generator states
     trainer.json        step, tokens, data-sampler position, elapsed time
+    (config.yaml ...)   what the run adds (`save_checkpoint(extra_files=...)`)
 
 The folder is written as `.step-0000100.tmp`, every file is fsynced, then it
 is renamed into place and `checkpoints/latest` is replaced atomically: a
 process killed at any moment leaves either the previous checkpoint or the new
-one, never a partial one that loads.
+one, never a partial one that loads. Every file is written through Python's own
+file objects, so a full disk (ENOSPC) part-way through any of them is an OSError:
+the temporary folder is removed and `CheckpointWriteError` names the step and
+the previous checkpoint, which is left as it was.
+
+A checkpoint is good (`checkpoint_problem`) only when EVERY file of it loads:
+safetensors files, `.pt` files (torch.load with weights_only=True), JSON and
+YAML files; a resume falls back past damaged ones (`checkpoint_to_resume`).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import pickle
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from tying.errors import InvalidInputError, MissingFileError
 from tying.outputs import write_text_atomic
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
+#: The files every checkpoint holds (a run may add more: `save_checkpoint(extra_files=...)`).
+REQUIRED_FILES = ("model.safetensors", "optimizer.pt", "rng.safetensors", "trainer.json")
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, a quota, an I/O error): the run stops,
+    its previous checkpoint intact (exit status 1, one line)."""
+
+    exit_status = 1
+
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +74,26 @@ def step_dir_name(step: int) -> str:
 
 
 def save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    """safetensors file of contiguous CPU copies (shared storages are written separately)."""
-    save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, str(path))
+    """safetensors file of contiguous CPU copies (shared storages are written separately),
+    written through a Python file object: a full disk is an OSError, never a silent tear."""
+    data = save({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()})
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def save_object(obj: Any, path: Path) -> None:
+    """torch.save of `obj` through a Python file object (a full disk is an OSError; a path
+    handed to torch.save tears with a RuntimeError of its C++ writer instead)."""
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+
+
+def _rng_state() -> dict[str, torch.Tensor]:
+    rng = {"torch_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, state in enumerate(torch.cuda.get_rng_state_all()):
+            rng[f"torch_cuda_{i}"] = state
+    return rng
 
 
 def save_checkpoint(
@@ -65,26 +103,40 @@ def save_checkpoint(
     optimizer_state: dict[str, Any],
     trainer_state: dict[str, Any],
     keep_last: int = 2,
+    extra_files: Callable[[Path], None] | None = None,
 ) -> Path:
-    """Write checkpoint `step` atomically under `run_dir/checkpoints`; keep the newest `keep_last`."""
+    """Write checkpoint `step` atomically under `run_dir/checkpoints`; keep the newest `keep_last`.
+
+    Args:
+        extra_files: writes the run's own files (e.g. config.yaml) into the checkpoint's
+            temporary folder, before it is fsynced and renamed into place.
+
+    Raises:
+        CheckpointWriteError: a file could not be written (ENOSPC, EDQUOT, EIO, ...); the
+            temporary folder is removed, the previous checkpoints and `latest` are unchanged.
+    """
     root = Path(run_dir) / CHECKPOINT_DIR
-    root.mkdir(parents=True, exist_ok=True)
     final = root / step_dir_name(step)
     tmp = root / f".{step_dir_name(step)}.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    save_tensors(model_state, tmp / "model.safetensors")
-    torch.save(optimizer_state, tmp / "optimizer.pt")
-    rng = {"torch_cpu": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        for i, state in enumerate(torch.cuda.get_rng_state_all()):
-            rng[f"torch_cuda_{i}"] = state
-    save_file(rng, str(tmp / "rng.safetensors"))
-    (tmp / "trainer.json").write_text(json.dumps({"step": step, **trainer_state}, indent=2))
-    for f in tmp.iterdir():
-        _fsync_file(f)
-    _fsync_dir(tmp)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        save_tensors(model_state, tmp / "model.safetensors")
+        save_object(optimizer_state, tmp / "optimizer.pt")
+        save_tensors(_rng_state(), tmp / "rng.safetensors")
+        write_text_atomic(
+            tmp / "trainer.json", json.dumps({"step": step, **trainer_state}, indent=2)
+        )
+        if extra_files is not None:
+            extra_files(tmp)
+        for f in tmp.iterdir():
+            _fsync_file(f)
+        _fsync_dir(tmp)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _write_error(run_dir, step, e) from e
     if final.exists():
         shutil.rmtree(final)
     os.rename(tmp, final)
@@ -95,6 +147,23 @@ def save_checkpoint(
     return final
 
 
+def _write_error(run_dir: str | Path, step: int, error: OSError) -> CheckpointWriteError:
+    """The one line of a checkpoint that could not be written (`error`: the OSError)."""
+    reason = error.strerror or _first_line(error)
+    hint = "free some space" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "fix the cause"
+    previous, _ = latest_good_checkpoint(run_dir)
+    kept = (
+        f"the previous checkpoint {previous} is intact: {hint}, then resume"
+        if previous is not None
+        else f"no earlier checkpoint exists: {hint}, then start again"
+    )
+    failure = CheckpointWriteError(
+        f"could not write the checkpoint of step {step} ({reason}); {kept}"
+    )
+    failure.errno = error.errno or errno.EIO
+    return failure
+
+
 def nonfinite_tensors(tensors: dict[str, torch.Tensor]) -> list[str]:
     """Keys of the floating-point tensors that hold NaN or Inf."""
     return [
@@ -102,24 +171,46 @@ def nonfinite_tensors(tensors: dict[str, torch.Tensor]) -> list[str]:
     ]
 
 
+def _load_any(path: Path) -> Any:
+    """The content of one checkpoint file, by its suffix (any other file: its bytes)."""
+    if path.suffix == ".safetensors":
+        return load_file(str(path))
+    if path.suffix == ".pt":
+        return torch.load(path, weights_only=True, map_location="cpu")
+    if path.suffix == ".json":
+        return json.loads(path.read_text(encoding="utf-8"))
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    return path.read_bytes()
+
+
 def checkpoint_problem(path: str | Path) -> str | None:
-    """Why checkpoint folder `path` is not good (missing or damaged files, non-finite
-    weights), or None when it is complete, loadable and finite."""
+    """Why checkpoint folder `path` is not good (a missing file, any file that does not load,
+    non-finite weights), or None when every file of it loads and its weights are finite.
+
+    Every file is loaded: safetensors, `.pt` (torch.load, weights_only=True), JSON, YAML; the
+    problem names the first bad file, in one line.
+    """
     p = Path(path)
-    for name in ("model.safetensors", "optimizer.pt", "rng.safetensors", "trainer.json"):
+    for name in REQUIRED_FILES:
         if not (p / name).is_file():
             return f"{p / name} is missing"
-    try:
-        state = load_file(str(p / "model.safetensors"))
-    except Exception as e:  # safetensors raises its own error type for damaged files
-        return f"{p / 'model.safetensors'} is damaged ({_first_line(e)})"
-    bad = nonfinite_tensors(state)
-    if bad:
-        return f"{p / 'model.safetensors'} holds non-finite values in {bad[0]}"
-    try:
-        json.loads((p / "trainer.json").read_text())
-    except ValueError as e:
-        return f"{p / 'trainer.json'} is damaged ({_first_line(e)})"
+    names = [*REQUIRED_FILES, *sorted(f.name for f in p.iterdir() if f.name not in REQUIRED_FILES)]
+    for name in names:
+        try:
+            content = _load_any(p / name)
+        except pickle.UnpicklingError as e:
+            return f"{p / name} is refused by torch.load(weights_only=True) ({_first_line(e)})"
+        except Exception as e:  # each format raises its own error types for damaged files
+            return f"{p / name} is damaged ({type(e).__name__}: {_first_line(e)})"
+        if name == "model.safetensors":
+            bad = nonfinite_tensors(content)
+            if bad:
+                return f"{p / name} holds non-finite values in {bad[0]}"
+        if name == "trainer.json" and not (isinstance(content, dict) and "step" in content):
+            return f"{p / name} is damaged (no step)"
     return None
 
 
@@ -130,7 +221,7 @@ def _first_line(error: BaseException) -> str:
 def latest_good_checkpoint(run_dir: str | Path) -> tuple[Path | None, list[str]]:
     """The newest checkpoint of a run that `checkpoint_problem` finds good, and the problems of
     the newer ones it skipped (one line each)."""
-    skipped = []
+    skipped: list[str] = []
     for folder in reversed(list_checkpoints(run_dir)):
         problem = checkpoint_problem(folder)
         if problem is None:
@@ -152,7 +243,8 @@ def checkpoint_to_resume(
 
     found, skipped = latest_good_checkpoint(run_dir)
     for problem in skipped:
-        message = f"resume: skipping a checkpoint: {problem}"
+        fallback = f"; falling back to {found.name}" if found is not None else ""
+        message = f"resume: skipping a damaged checkpoint: {problem}{fallback}"
         if log is not None:
             log(message)
         else:
@@ -162,31 +254,6 @@ def checkpoint_to_resume(
         raise ConfigError(
             f"no intact checkpoint in {run_dir} to resume from ({skipped[-1]}); {hint}"
         )
-    return found
-
-
-def resume_checkpoint(
-    run_dir: str | Path,
-    resume: bool,
-    refusal: Exception | None,
-    check: Callable[[dict[str, Any], Path], None],
-    log: Callable[[str], None] | None = None,
-    restart_hint: str = "",
-) -> Path | None:
-    """Where a run starts, the one resume point of `tying train` and `tying finetune`.
-
-    Without `resume`: raise `refusal` if the caller found the folder already used (it says
-    what to do; nothing is overwritten), else None (start). With `resume`: the newest good
-    checkpoint (`checkpoint_to_resume`), after `check(trainer_state, checkpoint)` has accepted
-    the settings it was saved with; None where the folder has no checkpoint yet.
-    """
-    if not resume:
-        if refusal is not None:
-            raise refusal
-        return None
-    found = checkpoint_to_resume(run_dir, log, restart_hint)
-    if found is not None:
-        check(read_trainer_state(found), found)
     return found
 
 
@@ -273,7 +340,11 @@ def load_checkpoint(
     model_state = load_model_state(p)
     try:
         optimizer_state = torch.load(p / "optimizer.pt", weights_only=True, map_location="cpu")
-    except (RuntimeError, ValueError, EOFError) as e:
+    except pickle.UnpicklingError as e:
+        raise InvalidInputError(
+            f"{p / 'optimizer.pt'} is refused by torch.load(weights_only=True) ({_first_line(e)})"
+        ) from None
+    except (RuntimeError, ValueError, EOFError, OSError) as e:
         raise InvalidInputError(f"{p / 'optimizer.pt'} is damaged ({_first_line(e)})") from None
     return model_state, optimizer_state, read_trainer_state(p)
 

@@ -17,8 +17,11 @@ step       -> `train_step`: micro-batches (`micro_step`: ids checked on the host
 log        -> `log_step`: one metrics.jsonl row (TensorBoard mirrors it) and the progress bar
 validate   -> the run's own validation, every `eval_every` steps and at the end
 checkpoint -> `save`: atomic (`tying.train.checkpoint`), refused for non-finite weights
+stop       -> `should_stop` (the session's interrupt flag), asked after each step: a checkpoint
+              of that step (unless one was just written), then the loop returns early
 
-The run folder is locked by the verb for the whole run (`tying.train.lock`).
+The run folder, its lock, the resume point, metrics.jsonl and the signals belong to the run
+session (`tying.train.session`), which calls this loop for `tying train` and `tying finetune`.
 """
 
 from __future__ import annotations
@@ -129,6 +132,8 @@ class Run:
         trainer_state: more trainer.json entries (the run's configuration).
         validate: held-out metrics of the current weights ({"val_loss", ...}), or None.
         tracker: a gradient-path tracker (`start_step`, `finish_step() -> dict`, `close`).
+        checkpoint_files: writes the run's own files into a checkpoint's temporary folder
+            (rank 0; part of the atomic write, e.g. config.yaml).
         on_checkpoint: called with each checkpoint folder written (rank 0).
         row_extras: more metrics.jsonl entries of a step, from its `StepOutcome`.
     """
@@ -151,6 +156,7 @@ class Run:
     trainer_state: Callable[[], dict[str, Any]] = dict
     validate: Callable[[], dict[str, float]] | None = None
     tracker: Any = None
+    checkpoint_files: Callable[[Path], None] | None = None
     on_checkpoint: Callable[[Path], None] | None = None
     row_extras: Callable[[StepOutcome], dict[str, Any]] | None = None
 
@@ -220,6 +226,9 @@ class LoopResult:
         val_loss: the last validation loss (None: none ran).
         elapsed_s: seconds of the whole run (a resumed run's earlier part included).
         step_seconds: wall-clock seconds of each step this process ran.
+        stopped: `should_stop` ended the loop before `max_steps`.
+        checkpoint: the checkpoint of the last step when the loop stopped early (rank 0),
+            else None.
     """
 
     steps: int
@@ -228,6 +237,8 @@ class LoopResult:
     val_loss: float | None
     elapsed_s: float
     step_seconds: list[float]
+    stopped: bool = False
+    checkpoint: Path | None = None
 
 
 # ----------------------------------------------------------------------------- resume
@@ -403,11 +414,15 @@ def progress_bar(settings: LoopSettings, start: int, main: bool) -> Iterator[Any
 
 
 # ----------------------------------------------------------------------------- checkpoint
-def save(run: Run, settings: LoopSettings, step: int, totals: LoopState, elapsed: float) -> None:
-    """Checkpoint `step` (every rank gathers the state, rank 0 writes it).
+def save(
+    run: Run, settings: LoopSettings, step: int, totals: LoopState, elapsed: float
+) -> Path | None:
+    """Checkpoint `step` (every rank gathers the state, rank 0 writes it); its folder (rank 0).
 
     Raises:
         DivergenceError: the weights hold NaN or Inf (nothing is written: a resume would trust it).
+        CheckpointWriteError: a full disk or another write failure (the previous checkpoint
+            is intact).
     """
     model_state = run.weights.model_state()
     bad = ckpt.nonfinite_tensors(model_state)
@@ -418,7 +433,7 @@ def save(run: Run, settings: LoopSettings, step: int, totals: LoopState, elapsed
         )
     optimizer_state = run.weights.optimizer_state()
     if not run.info.is_main:
-        return
+        return None
     trainer_state = {
         "tokens": totals.tokens,
         "elapsed_s": elapsed,
@@ -426,10 +441,17 @@ def save(run: Run, settings: LoopSettings, step: int, totals: LoopState, elapsed
         **run.trainer_state(),
     }
     path = ckpt.save_checkpoint(
-        run.folder, step, model_state, optimizer_state, trainer_state, settings.keep_last
+        run.folder,
+        step,
+        model_state,
+        optimizer_state,
+        trainer_state,
+        settings.keep_last,
+        extra_files=run.checkpoint_files,
     )
     if run.on_checkpoint is not None:
         run.on_checkpoint(path)
+    return path
 
 
 def _due(step: int, every: int, final: bool) -> bool:
@@ -448,7 +470,11 @@ def validate(run: Run, logger: MetricsLogger | None, step: int, tokens: int) -> 
 
 # ----------------------------------------------------------------------------- loop
 def run_loop(
-    run: Run, settings: LoopSettings, start: LoopState, logger: MetricsLogger | None
+    run: Run,
+    settings: LoopSettings,
+    start: LoopState,
+    logger: MetricsLogger | None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> LoopResult:
     """Steps `start.step + 1` to `settings.max_steps` (see the module docstring).
 
@@ -457,6 +483,9 @@ def run_loop(
         settings: steps, schedule, validation and checkpoint cadence.
         start: where the run stands (after `restore`, or a fresh `LoopState`).
         logger: metrics.jsonl (rank 0; None on the other ranks); closed at the end.
+        should_stop: asked after every step but the last (every rank must give the same
+            answer); True: checkpoint that step (unless it was just written) and return with
+            `stopped` set.
 
     Raises:
         DivergenceError: a non-finite loss (the weights were not updated) or non-finite weights
@@ -465,6 +494,7 @@ def run_loop(
     totals = LoopState(start.step, start.tokens, start.elapsed_before)
     t_start = time.perf_counter()
     last_loss, val_loss, step_seconds = float("nan"), None, []
+    stopped, written = False, None
 
     def elapsed() -> float:
         return start.elapsed_before + time.perf_counter() - t_start
@@ -487,8 +517,14 @@ def run_loop(
                 final = step == settings.max_steps
                 if run.validate is not None and _due(step, settings.eval_every, final):
                     val_loss = validate(run, logger, step, totals.tokens)
-                if _due(step, settings.checkpoint_every, final):
-                    save(run, settings, step, totals, elapsed())
+                saved = _due(step, settings.checkpoint_every, final)
+                if saved:
+                    written = save(run, settings, step, totals, elapsed())
+                if not final and should_stop is not None and should_stop():
+                    if not saved:
+                        written = save(run, settings, step, totals, elapsed())
+                    stopped = True
+                    break
     finally:
         if logger is not None:
             logger.close()
@@ -501,6 +537,8 @@ def run_loop(
         val_loss=val_loss,
         elapsed_s=elapsed(),
         step_seconds=step_seconds,
+        stopped=stopped,
+        checkpoint=written if stopped else None,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,8 @@ from typing import Any
 from tying.errors import MissingFileError
 
 METRICS_FILE = "metrics.jsonl"
+#: The folder of a run's TensorBoard event files.
+TENSORBOARD_DIR = "tensorboard"
 
 #: Units of the metrics.jsonl keys (for axis labels and tables); keys not listed are unitless.
 METRIC_UNITS: dict[str, str] = {
@@ -92,7 +95,9 @@ class MetricsLogger:
         run_dir: the run folder.
         resume_step: when resuming, rows of steps after this one (written by the
             killed run after its last checkpoint) are dropped, so that the file
-            again describes one run.
+            again describes one run; TensorBoard is told the same (`purge_step`: it hides
+            the earlier event files' points after `resume_step`). None: a fresh start,
+            which empties metrics.jsonl and removes earlier event files.
         tensorboard: also write TensorBoard event files under run_dir/tensorboard.
     """
 
@@ -106,12 +111,14 @@ class MetricsLogger:
             self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
         elif resume_step is None:
             self.path.write_text("")
+            shutil.rmtree(Path(run_dir) / TENSORBOARD_DIR, ignore_errors=True)
         self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 (closed by close())
         self._writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._writer = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+            purge = None if resume_step is None else resume_step + 1
+            self._writer = SummaryWriter(str(Path(run_dir) / TENSORBOARD_DIR), purge_step=purge)
 
     def log(self, row: dict[str, Any]) -> None:
         """Write one row (must contain `step`); numbers also go to TensorBoard."""

@@ -1,12 +1,14 @@
 """`tying train`: a training run as a `tying.train.loop.Run`, in clearly marked sections.
 
-folder     -> process group, the run folder's lock (`tying.train.lock`), resume point
+folder     -> process group; the run session (`tying.train.session`): the folder's lock, its
+              used-folder policy, the resume point, restore, metrics, interrupts (SIGINT/SIGTERM
+              checkpoint the current step)
 data       -> tokenizer, token shards (cached), window sampler, validation store
 model      -> decoder preset (scratch) or converted Hugging Face model (teacher),
               wrapped with a frozen teacher when the run distills (`distill` section)
 optimizer  -> AdamW (+ PIT retraction hook, or a Stiefel RiemannianAdam for Z: train.optim),
               warm-up + cosine learning rate times each group's lr_scale
-loop       -> `tying.train.loop.run_loop`: micro-batches (gradient accumulation), clipping,
+loop       -> `tying.train.loop.run_loop` (called by the session): micro-batches (gradient accumulation), clipping,
               step, metrics, validation, checkpoints; a non-finite loss stops the run before
               the weights are touched, keeping the last good checkpoint
 """
@@ -27,7 +29,6 @@ from torch import nn
 
 from tying.config import ConfigError, save_config, to_dict
 from tying.devices import autocast_for, resolve_compile, resolve_precision
-from tying.train import checkpoint as ckpt
 from tying.train.build import TrainingSetup, build_setup
 from tying.train.config import TrainConfig, saved_train_config
 from tying.train.distill import (
@@ -39,22 +40,15 @@ from tying.train.distill import (
 )
 from tying.train.distributed import DistInfo, cleanup, init_distributed, unwrap, wrap_model
 from tying.train.evaluate import evaluate
-from tying.train.lock import locked_run_folder
-from tying.train.loop import (
-    LoopSettings,
-    LoopState,
-    Run,
-    metrics_logger,
-    restore,
-    run_loop,
-)
+from tying.train.loop import LoopSettings, Run
 from tying.train.metrics import MetricsLogger
 from tying.train.optim import (
-    Optimizers,
     OptimizerSettings,
     attach_retraction_for_run,
     optimizers_for_run,
 )
+from tying.train.session import Prepared, RunFolder, RunSession
+from tying.train.weights import ModelWeights
 
 
 @dataclass
@@ -122,26 +116,20 @@ def check_resume_compatible(saved: TrainConfig, cfg: TrainConfig, where: Path) -
             )
 
 
-def _resume_point(cfg: TrainConfig, log: Any) -> Path | None:
-    """The newest good checkpoint to resume from (None: start), after checking the settings.
-
-    Damaged or non-finite newer checkpoints are skipped with a message; a run folder with
-    checkpoints and resume=false is refused (nothing is overwritten).
-    """
+def run_folder(cfg: TrainConfig) -> RunFolder:
+    """The run folder of `cfg` for the session: `out`, resume, the settings a resume keeps."""
     run_dir = Path(cfg.out)
-    refusal = None
-    if not cfg.resume and ckpt.list_checkpoints(run_dir):
-        refusal = ConfigError(
-            f"{run_dir} already holds checkpoints of a run: pass resume=true to continue "
-            "it, or choose another out (nothing was overwritten)"
-        )
 
     def check(state: dict[str, Any], found: Path) -> None:
         saved = saved_train_config(state["config"], source=str(found / "trainer.json"))
         check_resume_compatible(saved, cfg, run_dir)
 
-    return ckpt.resume_checkpoint(
-        run_dir, cfg.resume, refusal, check, log, "start again with resume=false in another out"
+    return RunFolder(
+        path=run_dir,
+        verb="train",
+        resume=cfg.resume,
+        resume_option="resume=true",
+        check_saved=check,
     )
 
 
@@ -149,7 +137,7 @@ def _distilling(model: nn.Module) -> bool:
     return isinstance(model, DistillationObjective)
 
 
-class TrainWeights:
+class TrainWeights(ModelWeights):
     """The whole model in a checkpoint, through torch.distributed.checkpoint (full, unsharded,
     on the CPU; collectives under FSDP). Under distillation the student's state alone, under
     its own parameter names.
@@ -159,63 +147,25 @@ class TrainWeights:
         optimizer: the run's optimizers.
     """
 
-    def __init__(self, model: nn.Module, optimizer: Optimizers) -> None:
-        self.model, self.optimizer = model, optimizer
-
     def model_state(self) -> dict[str, torch.Tensor]:
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_model_state_dict,
-        )
-
-        state = get_model_state_dict(
-            self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-        )
+        state = super().model_state()
         return strip_student_prefix(state) if _distilling(self.model) else state
 
     def optimizer_state(self) -> dict[str, Any]:
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_optimizer_state_dict,
-        )
-
-        state = get_optimizer_state_dict(
-            self.model,
-            self.optimizer.optimizers,
-            options=StateDictOptions(full_state_dict=True, cpu_offload=True),
-        )
+        state = super().optimizer_state()
         if _distilling(self.model):
             state = rename_optimizer_state(state, lambda n: n.removeprefix("student."))
         return state
 
     def load(self, model_state: dict[str, torch.Tensor], optimizer_state: dict[str, Any]) -> None:
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_optimizer_state_dict,
-        )
-
         if _distilling(self.model):
             optimizer_state = rename_optimizer_state(optimizer_state, lambda n: "student." + n)
-        # Optimizer first: initialising its state runs a zero-lr step, which a Riemannian
-        # optimizer ends with a retraction (a rounding-level change of Z); the model's
-        # weights are loaded after it, so they are exactly the saved ones.
-        set_optimizer_state_dict(
-            self.model,
-            self.optimizer.optimizers,
-            optimizer_state,
-            options=StateDictOptions(full_state_dict=True),
-        )
-        self.load_model(model_state)
+        super().load(model_state, optimizer_state)
 
     def load_model(self, model_state: dict[str, torch.Tensor]) -> None:
-        """The weights of a checkpoint (after the optimizer state)."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
         if _distilling(self.model):
             model_state = add_student_prefix(model_state)
-        set_model_state_dict(
-            self.model, model_state, options=StateDictOptions(full_state_dict=True)
-        )
+        super().load_model(model_state)
 
 
 def _record_conversion(model: nn.Module, run_dir: Path, logger: MetricsLogger) -> None:
@@ -241,11 +191,15 @@ def _record_conversion(model: nn.Module, run_dir: Path, logger: MetricsLogger) -
 def train(cfg: TrainConfig, setup: TrainingSetup | None = None) -> TrainResult:
     """Run (or resume) one training run as configured; returns its summary.
 
-    The run folder `cfg.out` is locked for the whole run (rank 0 holds the lock for a torchrun
-    process group).
+    The run folder `cfg.out` belongs to a run session (`tying.train.session`) for the whole
+    run: locked (rank 0 holds the lock for a torchrun process group), refused when used and not
+    resumed, resumed from its newest intact checkpoint, checkpointed at SIGINT/SIGTERM.
 
     Raises:
         DivergenceError: the loss became non-finite (the last good checkpoint is kept).
+        CheckpointWriteError: a checkpoint could not be written (full disk; the previous one
+            is kept).
+        RunInterrupted: SIGINT or SIGTERM (a checkpoint of the last step was written).
         ConfigError: inconsistent settings (batch sizes, existing run folder, ...).
         RunFolderInUseError: another live process is running in `cfg.out`.
     """
@@ -254,8 +208,16 @@ def train(cfg: TrainConfig, setup: TrainingSetup | None = None) -> TrainResult:
     deterministic_before = torch.are_deterministic_algorithms_enabled()
     try:
         cfg.grad_accum_steps(info.world_size)  # bad batch sizes: refused before the folder
-        with locked_run_folder(cfg.out, info):
-            return _train(cfg, info, setup)
+        with RunSession(run_folder(cfg), info) as session:
+            result = session.run(lambda resume_from: _prepare(cfg, info, setup, resume_from))
+        return TrainResult(
+            run_dir=Path(cfg.out),
+            steps=result.steps,
+            tokens=result.tokens,
+            final_loss=result.final_loss,
+            val_loss=result.val_loss,
+            elapsed_s=result.elapsed_s,
+        )
     finally:
         torch.use_deterministic_algorithms(deterministic_before)
         cleanup(info)
@@ -263,7 +225,6 @@ def train(cfg: TrainConfig, setup: TrainingSetup | None = None) -> TrainResult:
 
 #: This module's log (the CLI formats it as "tying train: ..."); progress lines at INFO.
 logger = logging.getLogger(__name__)
-_log = logger.info
 
 
 def _seed_and_kernels(cfg: TrainConfig, info: DistInfo) -> None:
@@ -334,7 +295,7 @@ def _build_run(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup) -> Run:
         data_key="sampler",
         trainer_state=lambda: {"config": to_dict(cfg)},
         validate=_validation(cfg, setup, wrapped, info),
-        on_checkpoint=lambda path: save_config(cfg, path / "config.yaml"),
+        checkpoint_files=lambda folder: save_config(cfg, folder / "config.yaml"),
     )
 
 
@@ -352,39 +313,29 @@ def loop_settings(cfg: TrainConfig, info: DistInfo) -> LoopSettings:
     )
 
 
-def _train(cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None) -> TrainResult:
-    settings = loop_settings(cfg, info)
-    run_dir = Path(cfg.out)
-    resume_from = _resume_point(cfg, _log if info.is_main else lambda _: None)
-
-    # ------------------------------------------------------------------ data + model
+def _prepare(
+    cfg: TrainConfig, info: DistInfo, setup: TrainingSetup | None, resume_from: Path | None
+) -> Prepared:
+    """The training run for the session: data and model built (calibrated unless resumed),
+    config.yaml written, the loop's run; the PIT retraction and the gradient-path tracker
+    attached after a restore; the conversion's step-0 row of a fresh teacher run."""
     _seed_and_kernels(cfg, info)
-    setup = setup or build_setup(cfg, info, calibrate=resume_from is None)
+    built = setup or build_setup(cfg, info, calibrate=resume_from is None)
+    run_dir = Path(cfg.out)
     if info.is_main:  # written only now: the data, tokenizer and model were built without error
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir / "config.yaml")
+    run = _build_run(cfg, info, built)
+    model = built.model
 
-    # ------------------------------------------------------------------ optimizer + resume
-    run = _build_run(cfg, info, setup)
-    start = LoopState()
-    if resume_from is not None:
-        start = restore(run, resume_from)
-        if info.is_main:
-            _log(f"resuming from step {start.step} ({resume_from})")
-    attach_retraction_for_run(unwrap(setup.model), run.optimizer, cfg)  # after loading
-    interface = unwrap(setup.model).interface
-    run.tracker = setup.make_tracker(interface) if cfg.track_gradient_paths else None
-    logger = metrics_logger(run, settings, start if resume_from else None) if info.is_main else None
-    if logger is not None and resume_from is None:
-        _record_conversion(setup.model, run_dir, logger)
+    def after_restore() -> None:
+        attach_retraction_for_run(unwrap(model), run.optimizer, cfg)  # after loading
+        interface = unwrap(model).interface
+        run.tracker = built.make_tracker(interface) if cfg.track_gradient_paths else None
 
-    # ------------------------------------------------------------------ loop
-    result = run_loop(run, settings, start, logger)
-    return TrainResult(
-        run_dir=run_dir,
-        steps=result.steps,
-        tokens=result.tokens,
-        final_loss=result.final_loss,
-        val_loss=result.val_loss,
-        elapsed_s=result.elapsed_s,
+    return Prepared(
+        run=run,
+        settings=loop_settings(cfg, info),
+        after_restore=after_restore,
+        fresh_rows=lambda metrics: _record_conversion(model, run_dir, metrics),
     )

@@ -6,15 +6,17 @@ The update is a run of the training loop (`tying.train.loop`): the same resume, 
 settings, step, progress bar and metrics.jsonl as `tying train`, with its own trainable
 parameters, loss mask and data:
 
-setup      -> options checked, the output folder locked (`tying.train.lock`), resume point;
-              training examples read and tokenized, the base model loaded
+setup      -> options checked; the run session (`tying.train.session`, as for `tying train`)
+              locks the output folder, refuses a used one without resume, finds the resume
+              point; training examples read and tokenized, the base model loaded
               (`tying.loader.load_any`) and recorded (`tying.adapters.base_record`), all before
               anything is written
 model      -> LoRA through peft (`tying.update.lora.add_lora`) on the transformers causal LM
               behind the model; the token interface frozen unless train_interface
 optimizer  -> the training run's AdamW groups (`tying.train.optim.build_optimizers`) over the
               trainable tensors, linear warm-up then cosine decay (`OptimizerSettings`)
-loop       -> `tying.train.loop.run_loop`: one batch of examples per step (seeded order), loss =
+loop       -> `tying.train.loop.run_loop`, called by the session (restore, metrics,
+              SIGINT/SIGTERM: a checkpoint of the current step, exit 130/143): one batch of examples per step (seeded order), loss =
               mean cross-entropy of the answer tokens (nats/token; prompt and padding masked
               with -100), gradient clipping, metrics.jsonl, checkpoints (atomic: adapter
               tensors, optimizer, RNG, data position), progress bar
@@ -22,8 +24,9 @@ end        -> the adapter (peft's save_pretrained: adapter_model.safetensors and
               adapter_config.json), tying_adapter.json (its base model), interface.safetensors
               (train_interface only) and finetune.json, all in DIR
 
-A killed run continued with `resume` repeats the losses and the final adapter of an
-uninterrupted run exactly (same machine and thread count; tested with SIGKILL): the checkpoint
+A killed or interrupted run continued with `resume` repeats the losses and the final adapter of
+an uninterrupted run exactly (same machine and thread count; tested with SIGKILL, SIGINT and
+SIGTERM): the checkpoint
 holds the adapter and interface tensors, AdamW's state, the torch random state (LoRA dropout)
 and the position in the seeded example order.
 """
@@ -34,7 +37,6 @@ import logging
 import math
 import os
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -52,23 +54,15 @@ from tying.adapters import (
 )
 from tying.config import ConfigError, from_dict, positional, to_dict
 from tying.devices import Precision, autocast_for, resolve_device, resolve_precision
-from tying.errors import ExistingFileError, InvalidInputError
+from tying.errors import InvalidInputError
 from tying.loader import load_any
 from tying.outputs import write_text_atomic
 from tying.train import checkpoint as ckpt
 from tying.train.distributed import DistInfo
-from tying.train.lock import LOCK_FILE, locked_run_folder
-from tying.train.loop import (
-    LoopResult,
-    LoopSettings,
-    LoopState,
-    Run,
-    metrics_logger,
-    restore,
-    run_loop,
-)
+from tying.train.loop import LoopResult, LoopSettings, Run
 from tying.train.optim import Optimizers, OptimizerSettings, build_optimizers
-from tying.train.run import TrainWeights
+from tying.train.session import Prepared, RunFolder, RunSession
+from tying.train.weights import ModelWeights
 from tying.update.data import (
     IGNORE_INDEX,
     ExampleOrder,
@@ -235,22 +229,11 @@ def check_options(options: FinetuneOptions) -> None:
 
 #: This module's log (the CLI formats it as "tying finetune: ..."); progress lines at INFO.
 logger = logging.getLogger(__name__)
-_log = logger.info
 
 
-def _resume_point(options: FinetuneOptions, out: Path, log: Callable[[str], None]) -> Path | None:
-    """The checkpoint to continue from (None: start), after checking the settings; refuses an
-    output folder that holds files unless resume (its lock file aside)."""
-    refusal = None
-    if (
-        not options.resume
-        and out.exists()
-        and (not out.is_dir() or any(p.name != LOCK_FILE for p in out.iterdir()))
-    ):
-        refusal = ExistingFileError(
-            f"{out} is not empty: set resume to continue the run in it, or choose "
-            "another output folder (nothing was overwritten)"
-        )
+def run_folder(options: FinetuneOptions, out: Path) -> RunFolder:
+    """The output folder for the run session: resume, and the settings a resume keeps
+    (`RESUME_KEYS`)."""
 
     def check(state: dict[str, Any], found: Path) -> None:
         saved = from_dict(FinetuneOptions, state["options"], source=str(found / "trainer.json"))
@@ -262,8 +245,13 @@ def _resume_point(options: FinetuneOptions, out: Path, log: Callable[[str], None
                     "setting, or choose another output folder"
                 )
 
-    return ckpt.resume_checkpoint(
-        out, options.resume, refusal, check, log, "start again in another output folder"
+    return RunFolder(
+        path=out,
+        verb="finetune",
+        resume=options.resume,
+        resume_option="--resume",
+        check_saved=check,
+        other_folder="another output folder",
     )
 
 
@@ -294,7 +282,7 @@ class ExampleBatches:
         self.order.load_state_dict(state)
 
 
-class AdapterWeights(TrainWeights):
+class AdapterWeights(ModelWeights):
     """A LoRA run's checkpoint: the adapter tensors and the trained interface tensors only (not
     the base model), with the optimizer state of the training run's format.
 
@@ -516,66 +504,68 @@ def _build_run(options: FinetuneOptions, update: _Update, out: Path) -> Run:
     )
 
 
-def finetune(options: FinetuneOptions, log: Callable[[str], None] = _log) -> FinetuneResult:
+def finetune(options: FinetuneOptions) -> FinetuneResult:
     """Train a LoRA adapter of `options.spec` on `options.task` (see the module docstring).
 
-    The output folder is locked for the whole run (`tying.train.lock`).
+    The output folder belongs to a run session (`tying.train.session`) for the whole run:
+    locked, refused when used and not resumed, resumed from its newest intact checkpoint,
+    checkpointed at SIGINT/SIGTERM. Progress lines go to this module's logger.
 
     Raises:
         ValueError / FileNotFoundError: bad options, a missing or malformed task file, an
             unknown task, a model without a tokenizer, a module name LoRA cannot adapt
             (nothing is written).
-        FileExistsError: a non-empty `out` without resume.
+        ConfigError: a used `out` without resume; a resume with other model or data settings.
         RunFolderInUseError: another live process is running in `out`.
-        ConfigError: a resume with other model or data settings.
         DivergenceError: the loss became NaN or Inf (the last good checkpoint is kept).
+        CheckpointWriteError: a checkpoint could not be written (the previous one is kept).
+        RunInterrupted: SIGINT or SIGTERM (a checkpoint of the last step was written).
     """
     check_options(options)
     out = Path(options.out).expanduser()
-    with locked_run_folder(out):
-        return _finetune(options, out, log)
+    prepared: dict[str, _Update] = {}
+
+    def prepare(resume_from: Path | None) -> Prepared:
+        update = prepared["update"] = _prepare(options)
+        run = _build_run(options, update, out)
+        update.peft_model.train()
+        return Prepared(
+            run=run,
+            settings=LoopSettings(
+                max_steps=update.max_steps,
+                optim=OptimizerSettings.of(options),
+                checkpoint_every=options.checkpoint_every,
+                keep_last=options.keep_last,
+                tensorboard=options.tensorboard,
+                progress="finetune" if options.progress else None,
+            ),
+            announce=_describe(options, update, sum(p.numel() for p in run.parameters)),
+        )
+
+    with RunSession(run_folder(options, out)) as session:
+        result = session.run(prepare)
+        # ---------------------------------------------------------------- the adapter
+        update = prepared["update"]
+        update.peft_model.eval()
+        interface = {n: p.detach() for n, p in update.interface_params.items()}
+        _save_adapter(update.peft_model, out, interface)
+        n_trainable = sum(p.numel() for _, p in update.trainable)
+        summary = _write_records(options, update, out, result, n_trainable)
+    seconds = result.step_seconds
+    per_step = sum(seconds) / len(seconds) if seconds else None
+    return FinetuneResult(out, result.steps, result.final_loss, per_step, summary)
 
 
-def _finetune(options: FinetuneOptions, out: Path, log: Callable[[str], None]) -> FinetuneResult:
-    # ------------------------------------------------------------------ setup (nothing written)
-    resume_from = _resume_point(options, out, log)
-    update = _prepare(options)
-    run = _build_run(options, update, out)
-    settings = LoopSettings(
-        max_steps=update.max_steps,
-        optim=OptimizerSettings.of(options),
-        checkpoint_every=options.checkpoint_every,
-        keep_last=options.keep_last,
-        tensorboard=options.tensorboard,
-        progress="finetune" if options.progress else None,
-    )
-    start = LoopState()
-    if resume_from is not None:
-        start = restore(run, resume_from)
-        log(f"resuming from step {start.step} ({resume_from})")
-
-    # ------------------------------------------------------------------ loop
-    logger = metrics_logger(run, settings, start if resume_from is not None else None)
-    update.peft_model.train()
-    n_trainable = sum(p.numel() for p in run.parameters)
+def _describe(options: FinetuneOptions, update: _Update, n_trainable: int) -> str:
+    """The run's one line before its first step: model, LoRA, trainable tensors, data."""
     names = update.interface_names
-    log(
+    return (
         f"{update.loaded.name}: LoRA r={options.rank} on {len(update.adapted)} modules "
         f"({', '.join(update.targets)}), {n_trainable:,} trainable parameters"
         + (f" incl. interface {', '.join(names)}" if names else "")
         + f"; {len(update.data.examples)} examples, {update.max_steps} steps, {update.device}, "
         f"{update.precision}"
     )
-    result = run_loop(run, settings, start, logger)
-
-    # ------------------------------------------------------------------ the adapter
-    update.peft_model.eval()
-    interface = {n: p.detach() for n, p in update.interface_params.items()}
-    _save_adapter(update.peft_model, out, interface)
-    summary = _write_records(options, update, out, result, n_trainable)
-    seconds = result.step_seconds
-    per_step = sum(seconds) / len(seconds) if seconds else None
-    return FinetuneResult(out, result.steps, result.final_loss, per_step, summary)
 
 
 def _write_records(
