@@ -51,7 +51,7 @@ def test_short_run_writes_metrics_checkpoints_and_learns(small_corpus, tmp_path,
 def test_refuses_to_overwrite_an_existing_run(small_corpus, tmp_path) -> None:
     cfg = load_config(TrainConfig, None, small_run(small_corpus, tmp_path, max_steps=2))
     train(cfg)
-    with pytest.raises(ConfigError, match="resume=true"):
+    with pytest.raises(ConfigError, match="already holds a run .*: pass resume=true"):
         train(cfg)
 
 

@@ -15,8 +15,9 @@ State of a cell's folder:
 - finished: `DONE.json` (the TrainResult and the config) is present and metrics.jsonl has
   the final step -> skipped;
 - partial: checkpoints but no marker (a killed run) -> resumed with resume=true;
-- new: no checkpoint -> trained from the start (a metrics.jsonl without a checkpoint is
-  rewritten).
+- new: no checkpoint -> trained from the start (a folder a killed run left without a
+  checkpoint is passed with resume=true: the run session says it has nothing to resume and
+  rewrites its metrics.jsonl).
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ def _check_same_config(run_dir: Path, cfg: TrainConfig, keys: set[str]) -> None:
 def train_cell(cfg: ExperimentConfig, spec: RunSpec, progress: bool = True) -> RunOutcome:
     """Train (or resume, or skip) one cell; writes DONE.json when training returns."""
     from tying.train.run import train
+    from tying.train.session import used_folder_entries
 
     train_cfg = cfg.train_config(spec)
     train_cfg.progress = progress and train_cfg.progress
@@ -130,7 +132,8 @@ def train_cell(cfg: ExperimentConfig, spec: RunSpec, progress: bool = True) -> R
         _check_same_config(run_dir, train_cfg, cfg.set_keys(spec))
     if state == "finished":
         return RunOutcome(spec, run_dir, state, read_done(run_dir)["result"])
-    train_cfg.resume = state == "partial"
+    # a used folder without a checkpoint: the session's resume starts it again at step 1
+    train_cfg.resume = state == "partial" or bool(used_folder_entries(run_dir))
     result = train(train_cfg)
     record = {
         "steps": result.steps,
