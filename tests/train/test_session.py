@@ -36,10 +36,10 @@ import os, signal, sys
 from tying.train import loop
 K, SIG = int(sys.argv[1]), getattr(signal, sys.argv[2])
 real_step = loop.train_step
-def train_step(run, settings, step):
+def train_step(run, settings, step, *args, **kwargs):
     if step == K:
         os.kill(os.getpid(), SIG)
-    return real_step(run, settings, step)
+    return real_step(run, settings, step, *args, **kwargs)
 loop.train_step = train_step
 from tying.cli import main
 sys.exit(main(sys.argv[3:]))
@@ -60,8 +60,15 @@ def _qa_task(folder: Path) -> Path:
     return task
 
 
-@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("verb", ["train", "finetune"])
+@pytest.mark.parametrize(
+    ("verb", "signame"),
+    [
+        ("train", "SIGINT"),
+        ("finetune", "SIGTERM"),
+        pytest.param("train", "SIGTERM", marks=pytest.mark.slow),
+        pytest.param("finetune", "SIGINT", marks=pytest.mark.slow),
+    ],
+)
 def test_a_signal_checkpoints_the_step_and_resume_continues_exactly(
     verb, signame, small_corpus, tiny_teacher, tmp_path, capsys
 ) -> None:
@@ -197,6 +204,14 @@ def reference_run(small_corpus, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def four_steps(small_corpus, tmp_path_factory) -> Path:
+    """The reference run's first 4 steps (checkpoints at 2 and 4), as a folder to copy."""
+    out = tmp_path_factory.mktemp("four-steps") / "run"
+    train(_train_cfg(small_corpus, out, max_steps=4))
+    return out
+
+
 def _damage(path: Path) -> None:
     """Cut a file to a part of itself (optimizer.pt to 5 kB, as in the issue's report); a YAML
     file, which may still parse when cut, gets bytes that are not UTF-8 in its second half."""
@@ -210,12 +225,12 @@ def _damage(path: Path) -> None:
     "name", ["model.safetensors", "optimizer.pt", "rng.safetensors", "trainer.json", "config.yaml"]
 )
 def test_a_damaged_newest_checkpoint_falls_back(
-    name, small_corpus, reference_run, tmp_path, capsys
+    name, small_corpus, reference_run, four_steps, tmp_path, capsys
 ) -> None:
     """Any damaged file of the newest checkpoint: the resume warns in one line naming the file,
     continues from the previous intact checkpoint and repeats the uninterrupted run's losses."""
     out = tmp_path / "run"
-    train(_train_cfg(small_corpus, out, max_steps=4))
+    shutil.copytree(four_steps, out)
     newest = out / "checkpoints" / ckpt.step_dir_name(4)
     _damage(newest / name)
     problem = ckpt.checkpoint_problem(newest)

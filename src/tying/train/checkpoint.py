@@ -134,9 +134,11 @@ def save_checkpoint(
         for f in tmp.iterdir():
             _fsync_file(f)
         _fsync_dir(tmp)
-    except OSError as e:
+    except BaseException as e:  # a full disk, or a second Ctrl-C: no torn folder stays behind
         shutil.rmtree(tmp, ignore_errors=True)
-        raise _write_error(run_dir, step, e) from e
+        if isinstance(e, OSError):
+            raise _write_error(run_dir, step, e) from e
+        raise
     if final.exists():
         shutil.rmtree(final)
     os.rename(tmp, final)
@@ -151,7 +153,7 @@ def _write_error(run_dir: str | Path, step: int, error: OSError) -> CheckpointWr
     """The one line of a checkpoint that could not be written (`error`: the OSError)."""
     reason = error.strerror or _first_line(error)
     hint = "free some space" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "fix the cause"
-    previous, _ = latest_good_checkpoint(run_dir)
+    previous = latest_checkpoint(run_dir)  # verified when it was written; nothing is loaded
     kept = (
         f"the previous checkpoint {previous} is intact: {hint}, then resume"
         if previous is not None

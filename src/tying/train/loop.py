@@ -12,13 +12,14 @@ resume     -> `restore`: optimizer state, then the weights, the random state, th
 step       -> `train_step`: micro-batches (`micro_step`: ids checked on the host against the
               vocabulary among the positions that carry a loss, pinned non-blocking copies on
               CUDA, DDP's no_sync but on the last), clipping, ONE host sync (loss, gradient
-              norm and the loss's parts together, before the optimizer step), a non-finite loss
+              norm, the loss's parts and the stop flag together, before the optimizer step), a non-finite loss
               stops the run before the weights are touched (`DivergenceError`)
 log        -> `log_step`: one metrics.jsonl row (TensorBoard mirrors it) and the progress bar
 validate   -> the run's own validation, every `eval_every` steps and at the end
 checkpoint -> `save`: atomic (`tying.train.checkpoint`), refused for non-finite weights
-stop       -> `should_stop` (the session's interrupt flag), asked after each step: a checkpoint
-              of that step (unless one was just written), then the loop returns early
+stop       -> `should_stop` (the session's interrupt flag), read in each step's one host sync
+              (reduced over the process group): a checkpoint of that step (unless one was just
+              written), then the loop returns early
 
 The run folder, its lock, the resume point, metrics.jsonl and the signals belong to the run
 session (`tying.train.session`), which calls this loop for `tying train` and `tying finetune`.
@@ -206,6 +207,7 @@ class StepOutcome:
         parts: the loss's named parts (e.g. {"ce", "kl"}), means over the global batch.
         tokens: target tokens that carried the loss, over all processes.
         extra: the gradient-path tracker's metrics of the step.
+        stop: some process asked to stop (`train_step`'s `stop`).
     """
 
     loss: float
@@ -213,6 +215,7 @@ class StepOutcome:
     parts: dict[str, float] = field(default_factory=dict)
     tokens: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    stop: bool = False
 
 
 @dataclass
@@ -299,8 +302,13 @@ def _loss_tokens(targets: Tensor, ignore_index: int | None) -> int:
     return targets.numel() if ignore_index is None else int((targets != ignore_index).sum())
 
 
-def train_step(run: Run, settings: LoopSettings, step: int) -> StepOutcome:
+def train_step(
+    run: Run, settings: LoopSettings, step: int, stop: Callable[[], bool] | None = None
+) -> StepOutcome:
     """One optimizer step: micro-batches, clipping, the step's one host sync, the update.
+
+    `stop` (a process's own stop request, e.g. its signal flag) is read before the sync and
+    reduced with the loss: `StepOutcome.stop` is True on every rank when any rank asked.
 
     Raises:
         DivergenceError: the loss is NaN or Inf (the weights were not updated; the gradients
@@ -324,9 +332,13 @@ def train_step(run: Run, settings: LoopSettings, step: int) -> StepOutcome:
     if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor (the global norm on every rank)
         norm = norm.full_tensor()
     # The step's one host sync: loss, gradient norm and the loss's parts together.
-    means = all_reduce_mean(torch.cat([(loss_sum / accum).reshape(1), parts_sum / accum]), run.info)
+    reduced = [(loss_sum / accum).reshape(1), parts_sum / accum]
+    if stop is not None:
+        reduced.append(torch.full((1,), float(stop()), device=device))
+    means = all_reduce_mean(torch.cat(reduced), run.info)
     values = torch.cat([means, norm.detach().float().reshape(1).to(means.device)]).tolist()
     loss_value, *part_values, grad_norm = values
+    stop_value = part_values.pop() if stop is not None else 0.0
     if not math.isfinite(loss_value):
         run.optimizer.zero_grad(set_to_none=True)
         raise _NonFiniteLossError(loss_value)
@@ -338,6 +350,7 @@ def train_step(run: Run, settings: LoopSettings, step: int) -> StepOutcome:
         parts=dict(zip(run.loss_parts, part_values, strict=True)),
         tokens=tokens * run.info.world_size,
         extra=extra,
+        stop=stop_value > 0,
     )
 
 
@@ -483,9 +496,10 @@ def run_loop(
         settings: steps, schedule, validation and checkpoint cadence.
         start: where the run stands (after `restore`, or a fresh `LoopState`).
         logger: metrics.jsonl (rank 0; None on the other ranks); closed at the end.
-        should_stop: asked after every step but the last (every rank must give the same
-            answer); True: checkpoint that step (unless it was just written) and return with
-            `stopped` set.
+        should_stop: this process's stop request, read in every step's one host sync (and
+            reduced over the process group there); when any process asked during a step but
+            the last, the loop checkpoints that step (unless it was just written) and returns
+            with `stopped` set.
 
     Raises:
         DivergenceError: a non-finite loss (the weights were not updated) or non-finite weights
@@ -506,7 +520,7 @@ def run_loop(
                 lr = settings.optim.lr_at(step, settings.max_steps)
                 run.optimizer.set_lr(lr)
                 try:
-                    outcome = train_step(run, settings, step)
+                    outcome = train_step(run, settings, step, should_stop)
                 except _NonFiniteLossError as e:
                     raise divergence(run, step, e.loss, logger) from None
                 totals.step, totals.tokens = step, totals.tokens + outcome.tokens
@@ -520,7 +534,7 @@ def run_loop(
                 saved = _due(step, settings.checkpoint_every, final)
                 if saved:
                     written = save(run, settings, step, totals, elapsed())
-                if not final and should_stop is not None and should_stop():
+                if outcome.stop and not final:
                     if not saved:
                         written = save(run, settings, step, totals, elapsed())
                     stopped = True

@@ -126,7 +126,6 @@ def run_folder(cfg: TrainConfig) -> RunFolder:
 
     return RunFolder(
         path=run_dir,
-        verb="train",
         resume=cfg.resume,
         resume_option="resume=true",
         check_saved=check,

@@ -1,6 +1,6 @@
 """A run session: the one owner of a run folder, for `tying train` and `tying finetune` alike.
 
-    folder = RunFolder(out, verb="finetune", resume=options.resume, resume_option="--resume",
+    folder = RunFolder(out, resume=options.resume, resume_option="--resume",
                        check_saved=same_settings)
     with RunSession(folder) as session:                # lock, used folder, resume point
         result = session.run(lambda resume_from: describe(resume_from))
@@ -26,7 +26,7 @@ interrupts  -> SIGINT and SIGTERM, while the loop runs, let the current step fin
                or 143 (SIGTERM) through the CLI. Before the loop (building, tokenizing), after
                it, or at a second signal, the run stops at once with the same exit status (the
                last checkpoint stays the resume point). Under torchrun every rank stops at the
-               same step (the flag is all-reduced after each step). Handlers are installed only
+               same step (the flag is reduced in each step's one host sync). Handlers are installed only
                in the main thread, and the previous ones are put back when the session ends.
 
 A full disk while a checkpoint is written stops the run with one line
@@ -45,11 +45,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import torch
-
 from tying.config import ConfigError
 from tying.train import checkpoint as ckpt
-from tying.train.distributed import DistInfo, all_reduce_mean
+from tying.train.distributed import DistInfo
 from tying.train.lock import LOCK_FILE, locked_run_folder
 from tying.train.loop import (
     LoopResult,
@@ -96,7 +94,6 @@ class RunFolder:
 
     Attributes:
         path: the folder (as the run writes it).
-        verb: "train" or "finetune" (messages).
         resume: continue the run in `path`.
         resume_option: how a user asks for resume ("resume=true", "--resume").
         check_saved: refuses (ConfigError) a checkpoint saved with settings this run may not
@@ -105,7 +102,6 @@ class RunFolder:
     """
 
     path: Path
-    verb: str
     resume: bool
     resume_option: str
     check_saved: Callable[[dict[str, Any], Path], None]
@@ -242,19 +238,7 @@ class RunSession:
         self._stack.close()
 
     def _last_checkpoint(self) -> Path | None:
-        found, _ = ckpt.latest_good_checkpoint(self.folder.path)
-        return found
-
-    def _should_stop(self) -> bool:
-        """Whether a stop signal arrived (on any rank: the flag is all-reduced)."""
-        received = self._interrupts.received
-        if self.info is None or not self.info.enabled:
-            return received is not None
-        flag = torch.tensor([float(received or 0)], device=self.info.device)
-        mean = float(all_reduce_mean(flag, self.info).item())
-        if mean > 0 and received is None:  # another rank's signal: the same stop here
-            self._interrupts.received = signal.SIGTERM
-        return mean > 0
+        return ckpt.latest_checkpoint(self.folder.path)  # by its pointer: nothing is loaded
 
     def run(self, prepare: Callable[[Path | None], Prepared]) -> LoopResult:
         """Build the run (`prepare(resume_from)`), restore it, open its metrics, run the loop.
@@ -281,8 +265,8 @@ class RunSession:
             logger.info("%s", prepared.announce)
         self._step = start.step
         with self._deferring():
-            result = run_loop(run, settings, start, metrics, self._should_stop_at())
-        if result.stopped:
+            result = run_loop(run, settings, start, metrics, self._stop_requested)
+        if result.stopped:  # another rank's signal: the same stop here, as SIGTERM
             signum = self._interrupts.received or signal.SIGTERM
             where = (
                 f"wrote its checkpoint {result.checkpoint}"
@@ -297,14 +281,11 @@ class RunSession:
             )
         return result
 
-    def _should_stop_at(self) -> Callable[[], bool]:
-        """The loop's question after each step (it also counts the steps done)."""
-
-        def should_stop() -> bool:
-            self._step += 1
-            return self._should_stop()
-
-        return should_stop
+    def _stop_requested(self) -> bool:
+        """This process's stop request, read once per step by the loop (which reduces it over
+        the process group); it also counts the steps for the signal's notice."""
+        self._step += 1
+        return self._interrupts.received is not None
 
     @contextmanager
     def _deferring(self) -> Iterator[None]:

@@ -247,7 +247,6 @@ def run_folder(options: FinetuneOptions, out: Path) -> RunFolder:
 
     return RunFolder(
         path=out,
-        verb="finetune",
         resume=options.resume,
         resume_option="--resume",
         check_saved=check,
