@@ -12,8 +12,8 @@ resume     -> `restore`: optimizer state, then the weights, the random state, th
 step       -> `train_step`: micro-batches (`micro_step`: ids checked on the host against the
               vocabulary among the positions that carry a loss, pinned non-blocking copies on
               CUDA, DDP's no_sync but on the last), clipping, ONE host sync (loss, gradient
-              norm, the loss's parts and the stop flag together, before the optimizer step), a non-finite loss
-              stops the run before the weights are touched (`DivergenceError`)
+              norm, the loss's parts and the stop flag together, before the optimizer step), a
+              non-finite loss stops the run before the weights are touched (`DivergenceError`)
 log        -> `log_step`: one metrics.jsonl row (TensorBoard mirrors it) and the progress bar
 validate   -> the run's own validation, every `eval_every` steps and at the end
 checkpoint -> `save`: atomic (`tying.train.checkpoint`), refused for non-finite weights
@@ -331,7 +331,7 @@ def train_step(
     norm = torch.nn.utils.clip_grad_norm_(run.parameters, settings.optim.max_norm)
     if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor (the global norm on every rank)
         norm = norm.full_tensor()
-    # The step's one host sync: loss, gradient norm and the loss's parts together.
+    # The step's one host sync: loss, gradient norm, the loss's parts (and stop flag) together.
     reduced = [(loss_sum / accum).reshape(1), parts_sum / accum]
     if stop is not None:
         reduced.append(torch.full((1,), float(stop()), device=device))
