@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from tying.paths import data_dir
+
 ROOT = Path(__file__).resolve().parents[2]
 #: The pages whose examples run: README.md and every docs/*.md (new pages are picked up).
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -152,6 +154,8 @@ def example_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             os.pathsep
         ),
         TYING_CACHE_DIR=env.get("TYING_CACHE_DIR") or str(tmp_path_factory.mktemp("cache")),
+        # the examples run in a temporary folder: `../shared/data` must not be resolved from it
+        TYING_DATA_DIR=str(data_dir()),
         HF_HUB_OFFLINE="1",
         HF_DATASETS_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
@@ -207,7 +211,7 @@ def test_example_runs_as_written(block: Block, tmp_path: Path, example_env, prer
         pytest.skip(f"{block.where}: {block.skip_reason}")
     cwd = _workdir(tmp_path / "work")
     for name in PREREQUISITES:
-        made_here = re.search(rf"(--out[ =]|\bout=){re.escape(name)}\b", block.text)
+        made_here = re.search(rf"(--out[ =]|\bout=){re.escape(name)}(?=\s|$)", block.text)
         if re.search(rf"(?<![\w/]){re.escape(name)}\b", block.text) and not made_here:
             (cwd / "runs").mkdir(exist_ok=True)
             (cwd / name).symlink_to(prerequisites(name))
