@@ -303,7 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail("", f"unknown verb {verb!r}{hint}", 2)
     try:
         parser = build_parser(verb)
-        args = parser.parse_args(args_list[1:])
+        # options and positionals in any order (`tying train tie=tt --out X resume=true`)
+        args = parser.parse_intermixed_args(args_list[1:])
         verbosity += getattr(args, "verbose", 0) - getattr(args, "quiet", 0)
         with cli_logging(f"tying {verb}", verbosity):
             return int(args._run(args) or 0)

@@ -64,7 +64,7 @@ def positional(default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
 
 def tie_field(default: str = "tt") -> Any:
     """The `tie` field of an options dataclass: a registered interface name (choices in --help)."""
-    return dataclasses.field(default=default, metadata={CHOICES: "tying.interface.registry:ties"})
+    return dataclasses.field(default=default, metadata={CHOICES: "tying.options.interface:tie_names"})
 
 
 def renamed(default: Any, *aliases: str, **kwargs: Any) -> Any:
@@ -336,6 +336,9 @@ def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
             raise ConfigError(f"unknown key {key!r} in {source}" + _suggest(key, fields))
         qualified = name if source in ("config", "overrides") else f"{source}.{name}"
         kwargs[name] = _coerce(qualified, value, hints[name])
+        choices = _choices(fields[name])
+        if choices and kwargs[name] is not None and str(kwargs[name]) not in choices:
+            raise ConfigError(f"{qualified} must be one of {', '.join(choices)}; got {value!r}")
     try:
         return cls(**kwargs)
     except ConfigError:

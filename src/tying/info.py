@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import platform
 from typing import Any
 
@@ -36,10 +37,15 @@ def environment_info() -> dict[str, Any]:
         "cpu_bf16": cpu_bf16_support()[1],
         "auto_precision": resolve_precision("auto", device),
     }
-    for package in ("transformers", "peft", "lm_eval"):
+    # the installed distributions' versions, read without importing them (transformers, peft
+    # and lm-eval take seconds to import)
+    for package, distribution in (
+        ("transformers", "transformers"),
+        ("peft", "peft"),
+        ("lm_eval", "lm_eval"),
+    ):
         try:
-            module = __import__(package)
-            info[package] = getattr(module, "__version__", "installed")
-        except ImportError:
+            info[package] = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
             info[package] = None
     return info

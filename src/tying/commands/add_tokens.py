@@ -8,7 +8,7 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tying.config import add_config_arguments
-    from tying.update import AddTokensOptions
+    from tying.options.add_tokens import AddTokensOptions
 
     add_config_arguments(parser, AddTokensOptions)
 
@@ -18,10 +18,13 @@ def run(args: argparse.Namespace) -> int:
     import logging
 
     from tying.config import config_from_args
-    from tying.update import AddTokensOptions, add_tokens
+    from tying.options.add_tokens import AddTokensOptions
+
+    options = config_from_args(AddTokensOptions, args)  # checked before torch loads
+    from tying.update import add_tokens
 
     log = logging.getLogger("tying.update.tokens")
-    result = add_tokens(config_from_args(AddTokensOptions, args), log=log.info)
+    result = add_tokens(options, log=log.info)
     print(
         json.dumps(
             {"out": str(result.out), "ids": result.ids, "old_text": result.record["old_text"]},

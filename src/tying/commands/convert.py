@@ -9,16 +9,19 @@ import sys
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tying.config import add_config_arguments
-    from tying.teacher.conversion import TRAINING_ONLY_KEYS, ConvertOptions
+    from tying.options.convert import TRAINING_ONLY_KEYS, ConvertOptions
 
     add_config_arguments(parser, ConvertOptions, exclude=TRAINING_ONLY_KEYS)
 
 
 def run(args: argparse.Namespace) -> int:
     from tying.config import config_from_args
-    from tying.teacher.conversion import ConvertOptions, convert_to_folder
+    from tying.options.convert import ConvertOptions
 
-    result = convert_to_folder(config_from_args(ConvertOptions, args))
+    options = config_from_args(ConvertOptions, args)  # checked before torch loads
+    from tying.teacher.conversion import convert_to_folder
+
+    result = convert_to_folder(options)
     step0 = result["report"].get("step0")
     if step0:
         print(

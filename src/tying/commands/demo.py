@@ -11,15 +11,17 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tying.config import add_config_arguments
-    from tying.experiment.demo import DemoOptions
+    from tying.options.demo import DemoOptions
 
     add_config_arguments(parser, DemoOptions)
 
 
 def run(args: argparse.Namespace) -> int:
     from tying.config import config_from_args
-    from tying.experiment.demo import DemoOptions, demo_config, demo_summary, run_demo
+    from tying.options.demo import DemoOptions
 
-    options = config_from_args(DemoOptions, args)
+    options = config_from_args(DemoOptions, args)  # checked before torch loads
+    from tying.experiment.demo import demo_config, demo_summary, run_demo
+
     print(demo_summary(run_demo(demo_config(options), progress=options.progress)))
     return 0

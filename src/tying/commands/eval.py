@@ -8,14 +8,17 @@ import json
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tying.config import add_config_arguments
-    from tying.evaluation.text_loss import EvalOptions
+    from tying.options.eval import EvalOptions
 
     add_config_arguments(parser, EvalOptions)
 
 
 def run(args: argparse.Namespace) -> int:
     from tying.config import config_from_args
-    from tying.evaluation.text_loss import EvalOptions, evaluate_text
+    from tying.options.eval import EvalOptions
 
-    print(json.dumps(evaluate_text(config_from_args(EvalOptions, args)), indent=2))
+    options = config_from_args(EvalOptions, args)  # checked before torch loads
+    from tying.evaluation.text_loss import evaluate_text
+
+    print(json.dumps(evaluate_text(options), indent=2))
     return 0

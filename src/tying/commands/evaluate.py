@@ -8,16 +8,18 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tying.config import add_config_arguments
-    from tying.evaluation.evaluate import EvaluateOptions
+    from tying.options.evaluate import EvaluateOptions
 
     add_config_arguments(parser, EvaluateOptions)
 
 
 def run(args: argparse.Namespace) -> int:
     from tying.config import config_from_args
-    from tying.evaluation.evaluate import RESULTS_FILE, EvaluateOptions, evaluate_model
+    from tying.options.evaluate import EvaluateOptions
 
-    options = config_from_args(EvaluateOptions, args)
+    options = config_from_args(EvaluateOptions, args)  # checked before torch loads
+    from tying.evaluation.evaluate import RESULTS_FILE, evaluate_model
+
     results = evaluate_model(options)
     for task, entry in results["tasks"].items():
         lo, hi = entry["ci95"]

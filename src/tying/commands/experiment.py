@@ -14,7 +14,7 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tying.config import add_config_arguments
-    from tying.experiment import ExperimentConfig
+    from tying.options.experiment import ExperimentConfig
 
     parser.add_argument("config", metavar="CONFIG.yaml", help="experiment config file")
     parser.add_argument(
@@ -39,12 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tying.config import config_from_args, split_config_items
     from tying.errors import InvalidInputError
-    from tying.experiment import ExperimentConfig, run_experiment, run_grid, run_updates_only
+    from tying.options.experiment import ExperimentConfig
 
     path, overrides = split_config_items([args.config, *args.overrides])
-    cfg = config_from_args(ExperimentConfig, args, path, overrides)
+    cfg = config_from_args(ExperimentConfig, args, path, overrides)  # checked before torch loads
     if args.train_only and args.updates_only:
         raise InvalidInputError("--train-only and --updates-only exclude each other: give one")
+    from tying.experiment import run_experiment, run_grid, run_updates_only
+
     if args.train_only:
         run_grid(cfg, progress=not args.no_progress)
         return 0

@@ -8,14 +8,17 @@ import json
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tying.config import add_config_arguments
-    from tying.teacher.conversion import ExportOptions
+    from tying.options.convert import ExportOptions
 
     add_config_arguments(parser, ExportOptions)
 
 
 def run(args: argparse.Namespace) -> int:
     from tying.config import config_from_args
-    from tying.teacher.conversion import ExportOptions, export_to_folder
+    from tying.options.convert import ExportOptions
 
-    print(json.dumps(export_to_folder(config_from_args(ExportOptions, args)), indent=2))
+    options = config_from_args(ExportOptions, args)  # checked before torch loads
+    from tying.teacher.conversion import export_to_folder
+
+    print(json.dumps(export_to_folder(options), indent=2))
     return 0

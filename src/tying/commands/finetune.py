@@ -8,16 +8,19 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tying.config import add_config_arguments
-    from tying.update import FinetuneOptions
+    from tying.options.finetune import FinetuneOptions
 
     add_config_arguments(parser, FinetuneOptions)
 
 
 def run(args: argparse.Namespace) -> int:
     from tying.config import config_from_args
-    from tying.update import FinetuneOptions, finetune
+    from tying.options.finetune import FinetuneOptions
 
-    result = finetune(config_from_args(FinetuneOptions, args))
+    options = config_from_args(FinetuneOptions, args)  # checked before torch loads
+    from tying.update import finetune
+
+    result = finetune(options)
     per_step = result.seconds_per_step
     print(
         f"wrote the adapter to {result.out} ({result.steps} steps, final loss "

@@ -7,15 +7,18 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tying.config import add_config_arguments
-    from tying.lens.pipeline import LensOptions
+    from tying.options.lens import LensOptions
 
     add_config_arguments(parser, LensOptions)
 
 
 def run(args: argparse.Namespace) -> int:
     from tying.config import config_from_args
-    from tying.lens.pipeline import LensOptions, run_lens
+    from tying.options.lens import LensOptions
 
-    result = run_lens(config_from_args(LensOptions, args))
+    options = config_from_args(LensOptions, args)  # checked before torch loads
+    from tying.lens.pipeline import run_lens
+
+    result = run_lens(options)
     print(f"wrote {result.json_path} and {result.plot_path} ({result.device}, {result.precision})")
     return 0

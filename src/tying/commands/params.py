@@ -8,7 +8,7 @@ import json
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tying.config import add_config_arguments
-    from tying.decoder.params import ParamsOptions
+    from tying.options.params import ParamsOptions
 
     add_config_arguments(parser, ParamsOptions)
     parser.add_argument("--json", action="store_true", help="print JSON")
@@ -16,9 +16,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tying.config import config_from_args
-    from tying.decoder.params import ParamsOptions, format_count, preset_parameters
+    from tying.options.params import ParamsOptions
 
-    counts = preset_parameters(config_from_args(ParamsOptions, args))
+    options = config_from_args(ParamsOptions, args)  # checked before torch loads
+    from tying.decoder.params import format_count, preset_parameters
+
+    counts = preset_parameters(options)
     if args.json:
         print(json.dumps(counts, indent=2))
         return 0

@@ -7,16 +7,18 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tying.config import add_config_arguments
-    from tying.report.metrics_plot import PlotOptions
+    from tying.options.plot import PlotOptions
 
     add_config_arguments(parser, PlotOptions)
 
 
 def run(args: argparse.Namespace) -> int:
     from tying.config import config_from_args
-    from tying.report.metrics_plot import PlotOptions, plot_metrics
+    from tying.options.plot import PlotOptions
 
-    options = config_from_args(PlotOptions, args)
+    options = config_from_args(PlotOptions, args)  # checked before torch loads
+    from tying.report.metrics_plot import plot_metrics
+
     result = plot_metrics(options)
     for s in result.series:
         mean = sum(s.values) / len(s.values)

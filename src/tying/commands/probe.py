@@ -15,7 +15,7 @@ import sys
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tying.config import add_config_arguments
-    from tying.probe import ProbeOptions
+    from tying.options.probe import ProbeOptions
 
     add_config_arguments(parser, ProbeOptions)
     parser.add_argument(
@@ -27,17 +27,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from tying.config import config_from_args
     from tying.errors import InvalidInputError
-    from tying.probe import ProbeOptions, run_probe
+    from tying.options.probe import ProbeOptions
+
+    options = config_from_args(ProbeOptions, args)  # checked before torch loads
+    if args.threads is not None and args.threads < 1:
+        raise InvalidInputError(f"--threads must be >= 1, got {args.threads}")
+    import torch
+
+    from tying.probe import run_probe
 
     if args.threads is not None:
-        if args.threads < 1:
-            raise InvalidInputError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
-    options = config_from_args(ProbeOptions, args)
     result = run_probe(options)
     timings = result.report["timings_s"]
     print(

@@ -9,15 +9,18 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tying.config import add_config_arguments
-    from tying.evaluation.side_effects import SideEffectsOptions
+    from tying.options.side_effects import SideEffectsOptions
 
     add_config_arguments(parser, SideEffectsOptions)
 
 
 def run(args: argparse.Namespace) -> int:
     from tying.config import config_from_args
-    from tying.evaluation.side_effects import SideEffectsOptions, run_side_effects
+    from tying.options.side_effects import SideEffectsOptions
 
-    result = run_side_effects(config_from_args(SideEffectsOptions, args))
+    options = config_from_args(SideEffectsOptions, args)  # checked before torch loads
+    from tying.evaluation.side_effects import run_side_effects
+
+    result = run_side_effects(options)
     print(f"wrote {result.json_path}")
     return 0

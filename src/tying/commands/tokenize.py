@@ -8,7 +8,7 @@ import json
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tying.config import add_config_arguments
-    from tying.data.tokenize_corpus import TokenizeOptions
+    from tying.options.tokenize import TokenizeOptions
 
     add_config_arguments(parser, TokenizeOptions)
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -16,9 +16,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tying.config import config_from_args
-    from tying.data.tokenize_corpus import TokenizeOptions, tokenize_corpus
+    from tying.options.tokenize import TokenizeOptions
 
-    summary = tokenize_corpus(config_from_args(TokenizeOptions, args))
+    options = config_from_args(TokenizeOptions, args)  # checked before torch loads
+    from tying.data.tokenize_corpus import tokenize_corpus
+
+    summary = tokenize_corpus(options)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

@@ -12,16 +12,19 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tying.config import add_config_arguments
-    from tying.lens.pipeline import TraceOptions
+    from tying.options.lens import TraceOptions
 
     add_config_arguments(parser, TraceOptions)
 
 
 def run(args: argparse.Namespace) -> int:
     from tying.config import config_from_args
-    from tying.lens.pipeline import TraceOptions, run_trace
+    from tying.options.lens import TraceOptions
 
-    result = run_trace(config_from_args(TraceOptions, args))
+    options = config_from_args(TraceOptions, args)  # checked before torch loads
+    from tying.lens.pipeline import run_trace
+
+    result = run_trace(options)
     print(result.table)
     print(f"wrote {result.json_path} and {result.plot_path}")
     return 0

@@ -12,7 +12,7 @@ import json
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tying.config import add_config_arguments
-    from tying.train.config import TrainConfig
+    from tying.options.train import TrainConfig
 
     parser.add_argument(
         "items",
@@ -25,9 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tying.config import config_from_args, split_config_items
-    from tying.train import TrainConfig, train
+    from tying.options.train import TrainConfig
 
     path, overrides = split_config_items(args.items)
-    result = train(config_from_args(TrainConfig, args, path, overrides))
+    cfg = config_from_args(TrainConfig, args, path, overrides)  # checked before torch loads
+    from tying.train import train
+
+    result = train(cfg)
     print(json.dumps(result.summary(), indent=2))
     return 0

@@ -20,14 +20,13 @@ count (`stored_total`) exceeds `total` by d(d-1)/2.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from torch import nn
 
-from tying.config import positional, tie_field
 from tying.decoder.config import ModelConfig
 from tying.interface import interface_class
+from tying.options.params import ParamsOptions as ParamsOptions
 
 
 def interface_parameters(tie: str, vocab_size: int, d_model: int) -> int:
@@ -106,23 +105,6 @@ def format_count(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.4g}{unit}"
     return str(int(n))
-
-
-@dataclass
-class ParamsOptions:
-    """Options of `tying params`.
-
-    Attributes:
-        preset: decoder preset: tiny, mini, small, medium, large or xl.
-        vocab: vocabulary size V (tokens; 50257 = GPT-2).
-        tie: token interface: untied, tt or pit.
-        norm: rms or layer.
-    """
-
-    preset: str = positional()
-    vocab: int = 50257
-    tie: str = tie_field()
-    norm: Literal["rms", "layer"] = "rms"
 
 
 def preset_parameters(options: ParamsOptions) -> dict[str, Any]:

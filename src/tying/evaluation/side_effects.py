@@ -29,7 +29,6 @@ timings. The output folder is written whole at the end, or not at all.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
@@ -44,10 +43,10 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from tying.adapters import apply_adapter, causal_lm_of
-from tying.config import positional, to_dict
+from tying.config import to_dict
 from tying.data.batches import eval_batches
 from tying.data.corpus import default_validation_source, prepare_store
-from tying.devices import Precision, autocast_for, resolve_device, resolve_precision
+from tying.devices import autocast_for, resolve_device, resolve_precision
 from tying.errors import InvalidInputError, MissingFileError
 from tying.evaluation.divergence import compare_chunks
 from tying.evaluation.stats import mcnemar_exact, paired_bootstrap
@@ -55,6 +54,8 @@ from tying.lens.data import eval_window_count, window_batches
 from tying.lens.evaluate import evaluate_lens
 from tying.lens.logit_lens import LogitLens
 from tying.loader import LoadedModel, load_any, safe_name
+from tying.options.side_effects import DEFAULT_TEXTS
+from tying.options.side_effects import SideEffectsOptions as SideEffectsOptions
 from tying.outputs import check_output_folder, output_folder
 from tying.paths import data_dir
 
@@ -67,68 +68,6 @@ NAMED_TEXTS: dict[str, Callable[[], Path]] = {
     "wikitext-2": lambda: data_dir() / "corpus" / "wikitext-2" / "test.txt",
     "gutenberg-validation": default_validation_source,
 }
-#: Default texts.
-DEFAULT_TEXTS = ("wikitext-2", "gutenberg-validation")
-
-
-@dataclass
-class SideEffectsOptions:
-    """Options of `tying side-effects`.
-
-    Attributes:
-        base: the model before the update: a run or checkpoint folder, smollm2, a .gguf file,
-            a model folder or a hub id.
-        updated: the updated model (any SPEC); with --adapter, the base the adapter is applied
-            to (usually the same SPEC as BASE).
-        out: output folder of side_effects.json (refused when not empty, unless --overwrite).
-        adapter: a LoRA adapter folder (tying finetune) applied to UPDATED, or null.
-        texts: texts to compare on: wikitext-2 (test split), gutenberg-validation, or files
-            (.txt, .jsonl, .parquet, optionally .gz/.xz).
-        max_tokens: positions scored per text (whole windows of seq_len; 0 = the whole text).
-        lens_tokens: positions per text for the logit-lens profiles (0 = no lens).
-        seq_len: tokens per window.
-        batch_size: windows per forward pass.
-        vocab_chunk: vocabulary columns per block of logits (memory ~ positions × vocab_chunk).
-        lens_chunk_tokens: positions per head evaluation of the logit lens (memory ~
-            lens_chunk_tokens × V).
-        tasks: also evaluate both models on these tasks (gsm8k, svamp, mbpp, humaneval;
-            comma-separated or several) and compare them item by item; null = no tasks.
-        limit: items per task (a fixed seeded subset, >= 1); null = all.
-        seed: seed of the task subsets and of the bootstraps.
-        eval_batch_size: requests per forward/generation batch of the task evaluation.
-        max_new_tokens: generation length limit of the tasks (null = each task's own).
-        num_fewshot: few-shot examples for GSM8K and SVAMP (null = 5).
-        bootstrap_resamples: resamples of the paired bootstraps.
-        precision: auto (bf16 where the hardware has it, as every verb), bf16 or fp32 for the
-            forward passes (log-sum-exp and KL in fp32 always); choose fp32 so that the
-            rounding of bf16 activations does not add to the small differences measured.
-        device: auto (cuda if present), cpu or cuda[:N].
-        overwrite: replace a non-empty output folder.
-        progress: show progress bars.
-    """
-
-    base: str = positional()
-    updated: str = positional()
-    out: str = "side-effects"
-    adapter: str | None = None
-    texts: list[str] = dataclasses.field(default_factory=lambda: list(DEFAULT_TEXTS))
-    max_tokens: int = 16384
-    lens_tokens: int = 4096
-    seq_len: int = 256
-    batch_size: int = 4
-    vocab_chunk: int = 8192
-    lens_chunk_tokens: int = 256
-    tasks: list[str] | None = None
-    limit: int | None = None
-    seed: int = 0
-    eval_batch_size: int = 8
-    max_new_tokens: int | None = None
-    num_fewshot: int | None = None
-    bootstrap_resamples: int = 10000
-    precision: Precision = "auto"
-    device: str = "auto"
-    overwrite: bool = False
-    progress: bool = True
 
 
 @dataclass

@@ -7,43 +7,16 @@ transformers folder (converted or not) or a hub id (`tying.loader.load_any`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from tying.config import positional
 from tying.data.corpus import default_validation_source, prepare_store, resolve_source
-from tying.devices import Precision, autocast_for, resolve_device, resolve_precision
+from tying.devices import autocast_for, resolve_device, resolve_precision
 from tying.errors import InvalidInputError
 from tying.loader import load_any
+from tying.options.eval import EvalOptions as EvalOptions
 from tying.train.evaluate import evaluate
-
-
-@dataclass
-class EvalOptions:
-    """Options of `tying eval`.
-
-    Attributes:
-        spec: the model: a run or checkpoint folder, smollm2, a .gguf file, a model folder or a
-            hub id.
-        data: evaluation text (a file, folder, glob or hf:NAME); null = Gutenberg validation.
-        max_tokens: cap on the evaluated target tokens (null = the whole text).
-        seq_len: tokens per window (null = the run's seq_len, else 256).
-        batch_size: windows per forward pass.
-        tokenizer: override the model's tokenizer (a tokenizer spec).
-        precision: auto, bf16 or fp32 (loss and log-sum-exp in fp32 whatever it is).
-        device: auto (cuda if present), cpu or cuda[:N].
-    """
-
-    spec: str = positional()
-    data: str | None = None
-    max_tokens: int | None = None
-    seq_len: int | None = None
-    batch_size: int = 8
-    tokenizer: str | None = None
-    precision: Precision = "auto"
-    device: str = "auto"
 
 
 def nonfinite_tensors(module: torch.nn.Module) -> list[str]:

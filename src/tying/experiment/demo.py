@@ -29,19 +29,17 @@ PIT converted by the fit on `DEMO_FIT_TOKENS` (16 s), `make demo` from a fresh c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from tying.devices import Precision
 from tying.experiment.config import (
     AnalysisSettings,
     ExperimentConfig,
     LensSettings,
     UpdateSettings,
 )
+from tying.options.demo import DEMO_TOKENS as DEMO_TOKENS
+from tying.options.demo import DemoOptions as DemoOptions
 
-#: Default token budget per run.
-DEMO_TOKENS = 24_576
 #: Generation limit of the update step's evaluation (MBPP's own is 256): the demo's few items
 #: show the pipeline; the reference log-likelihood, not exact match, carries its comparison.
 DEMO_MAX_NEW_TOKENS = 128
@@ -57,52 +55,6 @@ DEMO_VARIANTS: dict[str, dict[str, Any]] = {
     "tt": {"tie": "tt"},
     "pit": {"tie": "pit", "pit": {"t_init": "fit"}, "fit": {"tokens": DEMO_FIT_TOKENS}},
 }
-
-
-@dataclass
-class DemoOptions:
-    """Options of `tying demo`.
-
-    Attributes:
-        model: the teacher (smollm2, a .gguf, a transformers folder or a hub id).
-        data: training text (null = a few Gutenberg training books).
-        val_data: validation and lens text (null = Gutenberg validation).
-        budget: training tokens per run.
-        steps: optimizer steps (overrides `budget`; null = from the budget).
-        out: output folder (report.html, report.md, report.json, runs/).
-        seq_len: tokens per window.
-        batch_tokens: tokens per optimizer step.
-        lens_tokens: positions of the logit lens.
-        eval_tokens: validation tokens per run.
-        tokenizer: override the teacher's tokenizer (a tokenizer spec).
-        precision: auto, bf16 or fp32 for training, the update and its evaluation.
-        update_task: the update step's task: a LoRA adapter of the TT and the PIT run (mbpp,
-            gsm8k or a .jsonl file of {"prompt", "completion"}).
-        update_steps: LoRA steps of each update (0 = no update step).
-        update_limit: seeded items of `update_task` on which both runs are evaluated before and
-            after their update.
-        side_effect_tokens: positions of WikiText-2 (test) on which each update's side effects
-            are measured (KL, loss change, top-1 agreement; the lens profile on one window).
-        progress: show progress bars.
-    """
-
-    model: str = "smollm2"
-    data: str | None = None
-    val_data: str | None = None
-    budget: int = DEMO_TOKENS
-    steps: int | None = None
-    out: str = "runs/demo"
-    seq_len: int = 256
-    batch_tokens: int = 2048
-    lens_tokens: int = 1024
-    eval_tokens: int = 4096
-    tokenizer: str | None = None
-    precision: Precision = "auto"
-    update_task: str = "mbpp"
-    update_steps: int = 4
-    update_limit: int = 2
-    side_effect_tokens: int = 1024
-    progress: bool = True
 
 
 def demo_updates(o: DemoOptions) -> UpdateSettings:
