@@ -193,3 +193,20 @@ def test_the_schema_layer_s_names_are_the_library_s() -> None:
     assert typing.get_args(hints["pairs"]) == tuple(PAIR_SETS)
     assert typing.get_args(hints["spectral_definition"]) == tuple(SPECTRAL_DEFINITIONS)
     assert typing.get_args(typing.get_type_hints(AddTokensOptions)["init"]) == INITS
+
+
+def test_train_takes_options_and_overrides_in_any_order(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The README's `tying train tie=tt --out runs/tt precision=fp32 resume=true`: key=value
+    pairs after a flag reach the configuration (here the last one is a typo, reported as such,
+    not as an unrecognized argument)."""
+    from tying.cli import main
+
+    out = str(tmp_path / "run")
+    assert main(["train", "tie=tt", "--out", out, "precision=fp32", "max_stpes=1"]) == 2
+    assert capsys.readouterr().err == (
+        "tying train: error: unknown key 'max_stpes' in config; did you mean 'max_steps'?\n"
+    )
+    assert main(["train", "--out", out, "tie=pit", "--lr", "x", "seed=1"]) == 2
+    assert "lr must be a number, got 'x'" in capsys.readouterr().err

@@ -64,7 +64,9 @@ def positional(default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
 
 def tie_field(default: str = "tt") -> Any:
     """The `tie` field of an options dataclass: a registered interface name (choices in --help)."""
-    return dataclasses.field(default=default, metadata={CHOICES: "tying.options.interface:tie_names"})
+    return dataclasses.field(
+        default=default, metadata={CHOICES: "tying.options.interface:tie_names"}
+    )
 
 
 def renamed(default: Any, *aliases: str, **kwargs: Any) -> Any:
