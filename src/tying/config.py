@@ -95,15 +95,20 @@ def _optional_inner(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
-def _suggest(key: str, known: Iterable[str]) -> str:
+def _suggest(key: str, known: Iterable[str], prefix: str = "") -> str:
     known = sorted(known)
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
-    return f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
+    if close:
+        return f"; did you mean {prefix + close[0]!r}?"
+    return f"; known keys: {', '.join(prefix + k for k in known)}"
 
 
 # ----------------------------------------------------------------------------- values
-def _coerce(name: str, value: Any, annotation: Any) -> Any:
-    """Check `value` against a field annotation, converting the harmless cases (int -> float)."""
+def _coerce(name: str, value: Any, annotation: Any, source: str = "config") -> Any:
+    """Check `value` against a field annotation, converting the harmless cases (int -> float).
+
+    `name` is the key path (`pit.t_scale`), `source` where the mapping came from (a file).
+    """
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(annotation)
@@ -114,7 +119,7 @@ def _coerce(name: str, value: Any, annotation: Any) -> Any:
             if option is type(None):
                 continue
             try:
-                return _coerce(name, value, option)
+                return _coerce(name, value, option, source)
             except ConfigError as e:
                 errors.append(str(e))
         raise ConfigError(errors[0] if errors else f"{name}: invalid value {value!r}")
@@ -130,20 +135,20 @@ def _coerce(name: str, value: Any, annotation: Any) -> Any:
             return value
         if not isinstance(value, dict):
             raise ConfigError(f"{name} must be a mapping of key: value, got {value!r}")
-        return from_dict(annotation, value, source=name)
+        return from_dict(annotation, value, source=source, section=name)
     if origin in (list, tuple):
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{name} must be a list, got {value!r}")
         args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
         item = args[0] if args else Any
-        items = [_coerce(name, v, item) for v in value]
+        items = [_coerce(name, v, item, source) for v in value]
         return tuple(items) if origin is tuple else items
     if origin is dict or annotation is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{name} must be a mapping, got {value!r}")
         args = typing.get_args(annotation)
         if len(args) == 2:
-            return {k: _coerce(f"{name}.{k}", v, args[1]) for k, v in value.items()}
+            return {k: _coerce(f"{name}.{k}", v, args[1], source) for k, v in value.items()}
         return value
     if annotation is Any:
         return value
@@ -313,12 +318,22 @@ def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- building
-def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
+def from_dict(
+    cls: type[T], data: dict[str, Any], source: str = "config", section: str | None = None
+) -> T:
     """Build dataclass `cls` from a mapping, rejecting unknown keys and ill-typed values.
+
+    `source` names where the mapping came from (a file, "config", "overrides") and `section`
+    the key path of `cls` inside it (`pit`); messages name keys by their path (`pit.t_init`)
+    and the file. Without `section`, a `source` other than "config"/"overrides" is taken
+    as the section's path (`updates.finetune`).
 
     Nested dataclass fields take mappings; renamed keys (metadata `aliases`) and flat keys that
     moved into a section (`lift_moved_keys`) are accepted with a DeprecationWarning.
     """
+    if section is None:
+        section = "" if source in ("config", "overrides") else source
+    where = "" if source == section else f" in {source}"
     data = lift_moved_keys(cls, data, source)
     fields = _fields(cls)
     aliases = {a: f.name for f in fields.values() for a in f.metadata.get(ALIASES, ())}
@@ -335,9 +350,11 @@ def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
                 stacklevel=2,
             )
         if name not in fields:
-            raise ConfigError(f"unknown key {key!r} in {source}" + _suggest(key, fields))
-        qualified = name if source in ("config", "overrides") else f"{source}.{name}"
-        kwargs[name] = _coerce(qualified, value, hints[name])
+            path = f"{section}.{key}" if section else key
+            prefix = f"{section}." if section else ""
+            raise ConfigError(f"unknown key {path!r}{where}" + _suggest(key, fields, prefix))
+        qualified = f"{section}.{name}" if section else name
+        kwargs[name] = _coerce(qualified, value, hints[name], source)
         choices = _choices(fields[name])
         if choices and kwargs[name] is not None and str(kwargs[name]) not in choices:
             raise ConfigError(f"{qualified} must be one of {', '.join(choices)}; got {value!r}")
@@ -369,6 +386,10 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise MissingFileError(f"config file {p} does not exist")
     try:
         loaded = yaml.safe_load(read_text(p, "config file"))
+    except yaml.MarkedYAMLError as e:  # file:line:column: what is wrong
+        mark = e.problem_mark
+        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(p)
+        raise ConfigError(f"{where}: not valid YAML: {e.problem or e.context}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{p} is not valid YAML: {str(e).splitlines()[0]}") from None
     loaded = loaded or {}
@@ -395,7 +416,7 @@ def load_config(
     data = merge(data, parse_overrides(overrides, cls))
     if flags:
         data = merge(data, flags)
-    return from_dict(cls, data, source=str(path) if path else "config")
+    return from_dict(cls, data, source=str(path) if path else "config", section="")
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -465,17 +486,29 @@ def flag_name(dotted: str) -> str:
 
 
 def _type_label(annotation: Any) -> str:
-    inner, optional = _optional_inner(annotation)
-    origin = typing.get_origin(inner)
+    """A field's type in words, for --help: INT, FLOAT, STR, true|false, a Literal's values
+    ({a,b}), a union's parts joined by | (`true|false|auto`, `FLOAT|auto`), a list's element
+    type, and |null when None is allowed."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(annotation)
+        parts = [_type_label(a) for a in args if a is not type(None)]
+        label = "|".join(dict.fromkeys(p.strip("{}").replace(",", "|") for p in parts))
+        if len(parts) == 1:
+            label = parts[0]
+        return label + ("|null" if type(None) in args else "")
     if origin is Literal:
-        label = "{" + ",".join(map(str, typing.get_args(inner))) + "}"
-    elif origin in (list, tuple):
-        label = "LIST"
-    elif origin is dict or inner is dict:
-        label = "MAP"
-    else:
-        label = getattr(inner, "__name__", "VALUE").upper()
-    return label + ("|null" if optional else "")
+        return "{" + ",".join(map(str, typing.get_args(annotation))) + "}"
+    if origin in (list, tuple, set, frozenset):
+        args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+        return _type_label(args[0]) if args else "VALUE"
+    if origin is dict or annotation is dict:
+        return "MAP"
+    if annotation is bool:
+        return "true|false"
+    if annotation in (int, float, str):
+        return annotation.__name__.upper()
+    return "VALUE"
 
 
 def _choices(f: dataclasses.Field) -> list[str]:
@@ -502,8 +535,9 @@ def _default_text(f: dataclasses.Field) -> str:
         return "true" if value else "false"
     if value is None:
         return "null"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(map(str, value)) + "]"
+    if isinstance(value, list | tuple | set | frozenset):
+        items = sorted(value) if isinstance(value, set | frozenset) else value
+        return "[" + ", ".join(map(str, items)) + "]" if items else "none"
     if isinstance(value, int) and abs(value) >= 10_000:
         return f"{value:_}".replace("_", ",")
     return str(value)
@@ -584,7 +618,10 @@ def add_config_arguments(
                 default=argparse.SUPPRESS,
             )
             continue
-        help_text = f"{text.rstrip('.')} (default: {default})" if default else text
+        if _required(f):
+            help_text = f"{text.rstrip('.')} (required)"
+        else:
+            help_text = f"{text.rstrip('.')} (default: {default})" if default else text
         choices = _choices(f)
         if inner is bool:
             target.add_argument(
@@ -602,7 +639,9 @@ def add_config_arguments(
             dest=dotted,
             action=_StoreDotted,
             nargs="+" if many else None,
-            metavar="{" + ",".join(choices) + "}" if choices else _type_label(annotation),
+            metavar="{" + ",".join(choices) + "}"
+            if choices
+            else _type_label(inner if many else annotation),
             help=help_text.replace("%", "%%"),
             default=argparse.SUPPRESS,
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,10 +26,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tying.config import config_from_args, split_config_items
-    from tying.options.train import TrainConfig
+    from tying.options.train import TrainConfig, contradictions
 
     path, overrides = split_config_items(args.items)
     cfg = config_from_args(TrainConfig, args, path, overrides)  # checked before torch loads
+    for warning in contradictions(cfg):
+        logging.getLogger("tying.train").warning(warning)
     from tying.train import train
 
     result = train(cfg)

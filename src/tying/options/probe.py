@@ -67,7 +67,9 @@ class ProbeOptions:
             ones ("centred").
         maps: matrices the comparisons use, "raw" (E, U) or "effective" (s·E, U diag(g)).
         pairs: "all" six pairs of {A,B}.{input,output}, or "cross" (A.x vs B.y only).
-        skip: blocks left out (see BLOCKS): names, or one "a,b" string (aliases allowed).
+        skip: blocks left out, by name (consistency, params, spectra, norm_frequency, drift,
+            alignment, knn_overlap, spectral_distance, plots; aliases knn, spectral, norms),
+            several or one "a,b" string.
         tokenizer: override the model's tokenizer (a tokenizer spec).
         against_tokenizer: override the second model's tokenizer.
         load_dtype: float32, bfloat16 or float16, the dtype the weights are loaded in (every
