@@ -180,3 +180,23 @@ def test_debug_re_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     _run_raising(monkeypatch, ConfigError("bad"))
     with pytest.raises(ConfigError, match="bad"):
         cli.main(["train", "--debug"])
+
+
+def test_user_errors_name_the_flag_the_library_s_option_is(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The library says "set overwrite" (its option); the CLI says "pass --overwrite"."""
+    _run_raising(
+        monkeypatch,
+        ExistingFileError(
+            "out is not empty: choose another output folder, or set overwrite to replace it"
+        ),
+    )
+    assert cli.main(["tokenize"]) == 2
+    assert capsys.readouterr().err == (
+        "tying tokenize: error: out is not empty: choose another output folder, or pass "
+        "--overwrite to replace it\n"
+    )
+    assert cli.cli_wording("set max_tokens to 0 for all; set TYING_DATA_DIR to X") == (
+        "pass --max-tokens to 0 for all; set TYING_DATA_DIR to X"
+    )

@@ -41,6 +41,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import NoReturn, TextIO
 
+from tying.config import flag_name
 from tying.errors import UserError
 
 #: verb -> (module, one-line help). Add one line here per new verb.
@@ -283,6 +284,17 @@ def _fail(verb: str, message: str, status: int) -> int:
     return status
 
 
+#: "set NAME to ..." in a library message: an option named as a Python caller sets it.
+_SET_OPTION = re.compile(r"\bset ([a-z][a-z0-9_]*) to\b")
+
+
+def cli_wording(message: str) -> str:
+    """A library message in the CLI's words: an option the message asks to set ("set
+    overwrite to replace it") becomes the flag that sets it ("pass --overwrite to replace
+    it"); the library names options, not flags (a Python caller has none)."""
+    return _SET_OPTION.sub(lambda m: f"pass {flag_name(m.group(1))} to", message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `tying` console script; returns the exit status."""
     args_list = list(sys.argv[1:] if argv is None else argv)
@@ -317,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except USER_ERRORS as e:
         if debug:
             raise
-        return _fail(verb, str(e), 2)
+        return _fail(verb, cli_wording(str(e)), 2)
     except Exception as e:
         if debug:
             raise

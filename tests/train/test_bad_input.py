@@ -144,7 +144,7 @@ def test_tokenized_folder_is_a_data_source(small_corpus, tmp_path, capsys) -> No
         main(["tokenize", str(small_corpus["train"]), "--out", str(shards), "--tokenizer", tok])
         == 2
     )
-    _one_error_line(capsys, "set overwrite")
+    _one_error_line(capsys, "pass --overwrite to replace it")
 
 
 def test_eval_takes_any_model_spec(tiny_teacher, small_corpus, capsys) -> None:
