@@ -117,3 +117,23 @@ def test_the_train_verb_warns_about_contradictions(
         "lr=0.002 (it ends at 0.001)",
         "tying train: warning: eval_every=100 > max_steps=5: validation runs only at the end",
     ]
+
+
+def test_one_spelling_for_the_weights_dtype_the_old_flag_kept() -> None:
+    """probe's --load-dtype is --dtype, as in convert and evaluate; the old flag still works,
+    with a deprecation warning, and is not listed in --help."""
+    from tying.config import config_from_args
+    from tying.options.convert import ConvertOptions
+    from tying.options.evaluate import EvaluateOptions
+    from tying.options.probe import ProbeOptions
+
+    for cls in (ProbeOptions, ConvertOptions, EvaluateOptions):
+        assert "dtype" in {f.name for f in dataclasses.fields(cls)}, cls
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, ProbeOptions)
+    assert "--load-dtype" not in parser.format_help()
+    new = config_from_args(ProbeOptions, parser.parse_args(["m", "--dtype", "bfloat16"]))
+    assert new.dtype == "bfloat16"
+    with pytest.warns(DeprecationWarning, match="'load_dtype' is now called 'dtype'"):
+        old = config_from_args(ProbeOptions, parser.parse_args(["m", "--load-dtype", "float16"]))
+    assert old.dtype == "float16"

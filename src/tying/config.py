@@ -645,6 +645,15 @@ def add_config_arguments(
             help=help_text.replace("%", "%%"),
             default=argparse.SUPPRESS,
         )
+        for alias in f.metadata.get(ALIASES, ()):  # an old name's flag, kept out of --help
+            target.add_argument(
+                flag_name(f"{prefix}{alias}"),
+                dest=f"{prefix}{alias}",
+                action=_StoreDotted,
+                nargs="+" if many else None,
+                help=argparse.SUPPRESS,
+                default=argparse.SUPPRESS,
+            )
 
 
 def flags_from_args(cls: type, namespace: argparse.Namespace) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tying.config import positional
+from tying.config import positional, renamed
 from tying.errors import InvalidInputError
 
 #: Blocks that `ProbeOptions.skip` may name ("plots" turns the figures off).
@@ -72,7 +72,7 @@ class ProbeOptions:
             several or one "a,b" string.
         tokenizer: override the model's tokenizer (a tokenizer spec).
         against_tokenizer: override the second model's tokenizer.
-        load_dtype: float32, bfloat16 or float16, the dtype the weights are loaded in (every
+        dtype: float32, bfloat16 or float16, the dtype the weights are loaded in (every
             metric runs in float32/float64).
         out: output folder (probe.json, probe.md, probe.html, PNGs); null = probe-<name>.
     """
@@ -92,7 +92,7 @@ class ProbeOptions:
     skip: frozenset[str] | str = field(default_factory=frozenset)
     tokenizer: str | None = None
     against_tokenizer: str | None = None
-    load_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["float32", "bfloat16", "float16"] = renamed("float32", "load_dtype")
     out: str | None = None
 
     def __post_init__(self) -> None:

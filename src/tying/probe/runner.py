@@ -92,7 +92,7 @@ def _single_model(options: ProbeOptions, report: _Report, figures: _Figures) -> 
 
     stages, skip = report.stages, options.skip
     with stages("load", options.spec):
-        loaded = _load(options.spec, options.tokenizer, getattr(torch, options.load_dtype))
+        loaded = _load(options.spec, options.tokenizer, getattr(torch, options.dtype))
     with stages("matrices"):
         mats = interface_matrices(loaded)
     report.data["model"] = model_info(loaded, mats)
@@ -195,7 +195,7 @@ def _comparison(options: ProbeOptions, a: InterfaceMatrices, report: _Report) ->
     stages, skip = report.stages, options.skip
     with stages("load_against", options.against):
         loaded = _load(
-            options.against, options.against_tokenizer, getattr(torch, options.load_dtype)
+            options.against, options.against_tokenizer, getattr(torch, options.dtype)
         )
         b = interface_matrices(loaded)
     report.data["against"] = model_info(loaded, b)
