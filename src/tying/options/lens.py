@@ -96,7 +96,7 @@ class TraceOptions:
     """
 
     spec: str = positional()
-    prompt: str = ""
+    prompt: str
     top_k: int = 5
     position: int = -1
     out: str | None = None
