@@ -53,7 +53,7 @@ VERBS: dict[str, tuple[str, str]] = {
     ),
     "eval": (
         "tying.commands.eval",
-        "loss and perplexity of any model on a text (JSON; downstream tasks: evaluate)",
+        "loss on a text: loss and perplexity of any model (benchmark tasks: evaluate)",
     ),
     "tokenize": ("tying.commands.tokenize", "tokenize a corpus into token shards"),
     "params": ("tying.commands.params", "parameter counts of a decoder preset (closed form)"),
@@ -85,7 +85,7 @@ VERBS: dict[str, tuple[str, str]] = {
     ),
     "evaluate": (
         "tying.commands.evaluate",
-        "downstream tasks: GSM8K, SVAMP, MBPP, HumanEval through lm-eval (optionally an adapter)",
+        "benchmark tasks: GSM8K, SVAMP, MBPP, HumanEval through lm-eval (loss on a text: eval)",
     ),
     "side-effects": (
         "tying.commands.side_effects",
