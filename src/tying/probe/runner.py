@@ -194,9 +194,7 @@ def _comparison(options: ProbeOptions, a: InterfaceMatrices, report: _Report) ->
     """Load model B and run the comparison blocks."""
     stages, skip = report.stages, options.skip
     with stages("load_against", options.against):
-        loaded = _load(
-            options.against, options.against_tokenizer, getattr(torch, options.dtype)
-        )
+        loaded = _load(options.against, options.against_tokenizer, getattr(torch, options.dtype))
         b = interface_matrices(loaded)
     report.data["against"] = model_info(loaded, b)
     del loaded
