@@ -273,7 +273,7 @@ def old_text_change(
 
 def _check_options(options: AddTokensOptions) -> tuple[list[str], Path]:
     if not options.tokens:
-        raise InvalidInputError("give the new tokens: --tokens FILE (one string a line)")
+        raise InvalidInputError("give the new tokens (tokens: a file, one string a line)")
     if options.init not in INITS:
         raise InvalidInputError(f"init must be one of {INITS}, got {options.init!r}")
     if options.check_tokens < 2 or options.seq_len < 1:
@@ -281,7 +281,9 @@ def _check_options(options: AddTokensOptions) -> tuple[list[str], Path]:
     tokens = read_token_file(options.tokens)
     out = Path(options.out).expanduser()
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not options.overwrite:
-        raise ExistingFileError(f"{out} is not empty: choose another --out or pass --overwrite")
+        raise ExistingFileError(
+            f"{out} is not empty: choose another output folder, or set overwrite to replace it"
+        )
     if options.check_text and not Path(options.check_text).expanduser().is_file():
         raise MissingFileError(f"no such check text: {options.check_text}")
     return tokens, out
