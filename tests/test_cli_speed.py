@@ -89,6 +89,7 @@ CONFIG_ERRORS = [
         ["convert", "smollm2", "--out", "x", "--tie", "tt", "--pit.t-init", "output"],
         "pit.t_init applies to tie='pit' only",
     ),
+    (["add-tokens", "run"], "missing required setting(s) tokens (--tokens)"),
     (["add-tokens", "run", "--init", "nope"], "init must be one of"),
     (["add-tokens", "run", "--check-tokens", "x"], "check_tokens must be an integer"),
     (["params", "tiny", "--vocab", "x"], "vocab must be an integer"),

@@ -33,7 +33,7 @@ class AddTokensOptions:
     """
 
     spec: str = positional()
-    tokens: str = ""
+    tokens: str
     out: str = "added"
     init: Literal["mean", "subwords"] = "mean"
     pit_keep: Literal["input", "output", "naive"] = "input"
