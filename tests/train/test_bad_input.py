@@ -85,7 +85,8 @@ def test_nonfinite_checkpoint_is_named_and_skipped_on_resume(
     # resume skips the poisoned step 4 and continues from step 2, saying so
     assert main(_train_args(small_corpus, finished_run, max_steps=6, resume=True)) == 0
     err = capsys.readouterr().err
-    assert "skipping a checkpoint" in err and "resuming from step 2" in err
+    assert "skipping a damaged checkpoint" in err and "resuming from step 2" in err
+    assert name.removeprefix("model.") in err  # the bad tensor is named
     assert ckpt.checkpoint_problem(ckpt.list_checkpoints(finished_run)[-1]) is None
 
 
