@@ -143,4 +143,7 @@ def test_cli(small_corpus, tmp_path, capsys) -> None:
     assert (out / "runs" / "scratch-tt-s0" / DONE_FILE).is_file()
     assert not (out / "report.json").exists()
     assert main(["experiment", str(MINIMAL), "train.lrr=1"]) == 2
-    assert "did you mean 'lr'" in capsys.readouterr().err
+    assert (
+        "unknown key 'train.lrr' in minimal experiment: scratch-untied-s0; did you mean 'train.lr'"
+        in capsys.readouterr().err
+    )

@@ -119,7 +119,9 @@ def test_distill_config_errors(small_corpus, tmp_path) -> None:
         load_config(TrainConfig, None, ["distill.alpha=1.5"])
     with pytest.raises(ConfigError, match="temperature"):
         load_config(TrainConfig, None, ["distill.temperature=0"])
-    with pytest.raises(ConfigError, match="unknown key 'alfa'"):
+    with pytest.raises(
+        ConfigError, match="unknown key 'distill.alfa' in config; did you mean 'distill.alpha'"
+    ):
         load_config(TrainConfig, None, ["distill.alfa=0.5"])
     cfg = load_config(
         TrainConfig, None, small_run(small_corpus, tmp_path / "s", **{"distill.teacher": "initial"})

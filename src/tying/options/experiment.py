@@ -433,7 +433,7 @@ class ExperimentConfig:
             out=str(self.run_dir(spec)),
             model=self.teacher_model if spec.mode == "teacher" else None,
         )
-        cfg = from_dict(TrainConfig, data, source=f"{self.name}: {spec.name}")
+        cfg = from_dict(TrainConfig, data, source=f"{self.name}: {spec.name}", section="train")
         if self.tokens is not None:
             cfg.max_steps = max(1, math.ceil(self.tokens / cfg.global_batch_tokens))
         if "checkpoint_every" not in cell:
