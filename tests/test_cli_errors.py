@@ -21,7 +21,7 @@ from tying.errors import (
     read_json,
     read_text,
 )
-from tying.interface.loss import TokenIdError
+from tying.interface.token_ids import TokenIdError
 from tying.train.lock import RunFolderInUseError
 
 

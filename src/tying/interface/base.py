@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tying.interface.kl import linear_distillation_loss, linear_kl_divergence
-from tying.interface.loss import check_ids, linear_cross_entropy
+from tying.interface.loss import linear_cross_entropy
+from tying.interface.token_ids import check_ids
 
 #: Called as hook(side, name, grad) with side "input" (the lookup) or "output" (the head),
 #: `name` the parameter's attribute name and `grad` the gradient reaching it along that side.

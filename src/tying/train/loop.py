@@ -38,7 +38,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
-from tying.interface.loss import check_ids
+from tying.interface.token_ids import check_ids
 from tying.train import checkpoint as ckpt
 from tying.train.distributed import DistInfo, all_reduce_mean
 from tying.train.metrics import MetricsLogger
