@@ -27,6 +27,7 @@ LAYERS: dict[str, float] = {
     "errors": -1,  # below everything: the error types every layer raises
     "example_budget": -0.5,  # imports only errors; config (layer 0) imports it
     "config": 0,
+    "config_flags": 0.25,  # the CLI flags of a config: imports config and example_budget
     "paths": 0,
     "threads": 0,
     "devices": 0,

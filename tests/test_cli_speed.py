@@ -125,7 +125,8 @@ def test_parsing_and_checking_import_no_torch(tmp_path: Path) -> None:
     code = f"""
 import sys
 from tying.cli import VERBS, build_parser
-from tying.config import ConfigError, config_from_args, split_config_items
+from tying.config import ConfigError
+from tying.config_flags import config_from_args, split_config_items
 from tying.options.experiment import ExperimentConfig
 from tying.options.train import TrainConfig
 for verb in VERBS:

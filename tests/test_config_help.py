@@ -11,7 +11,8 @@ from typing import Literal
 
 import pytest
 
-from tying.config import ConfigError, _type_label, add_config_arguments, load_config, positional
+from tying.config import ConfigError, load_config, positional
+from tying.config_flags import _type_label, add_config_arguments
 from tying.options.train import TrainConfig, contradictions
 
 
@@ -122,7 +123,7 @@ def test_the_train_verb_warns_about_contradictions(
 def test_one_spelling_for_the_weights_dtype_the_old_flag_kept() -> None:
     """probe's --load-dtype is --dtype, as in convert and evaluate; the old flag still works,
     with a deprecation warning, and is not listed in --help."""
-    from tying.config import config_from_args
+    from tying.config_flags import config_from_args
     from tying.options.convert import ConvertOptions
     from tying.options.evaluate import EvaluateOptions
     from tying.options.probe import ProbeOptions

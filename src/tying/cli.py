@@ -4,7 +4,7 @@ Each verb lives in its own module under `tying.commands`, imported only when tha
 so `tying --help` imports neither torch nor any verb. A verb module provides:
 
     add_arguments(parser)      its flags, generated from its options dataclass
-                               (`tying.config.add_config_arguments`)
+                               (`tying.config_flags.add_config_arguments`)
     run(args) -> int | None    builds the options and calls the library function
 
 One log for every verb: the library logs through `logging` (a logger per module, under

@@ -2,7 +2,7 @@
 
 The examples of README.md and docs/*.md are run as written by tests/docs/test_examples.py, which
 sets this variable instead of editing their text. When it is set to "tiny", the options of every
-verb built from the command line (`tying.config.config_from_args`) are capped, field by field
+verb built from the command line (`tying.config_flags.config_from_args`) are capped, field by field
 and in their nested sections (a `TrainConfig`'s `pit.fit`, an experiment's `train`, `lens`,
 `updates` ...), by `TINY`:
 

@@ -153,7 +153,7 @@ def test_the_grid_skips_a_cell_saved_with_flat_keys(tmp_path) -> None:
 def test_the_cli_has_a_flag_per_section_key() -> None:
     import argparse
 
-    from tying.config import add_config_arguments
+    from tying.config_flags import add_config_arguments
 
     parser = argparse.ArgumentParser()
     add_config_arguments(parser, TrainConfig)

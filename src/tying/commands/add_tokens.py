@@ -7,7 +7,7 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tying.config import add_config_arguments
+    from tying.config_flags import add_config_arguments
     from tying.options.add_tokens import AddTokensOptions
 
     add_config_arguments(parser, AddTokensOptions)
@@ -17,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
     import json
     import logging
 
-    from tying.config import config_from_args
+    from tying.config_flags import config_from_args
     from tying.options.add_tokens import AddTokensOptions
 
     options = config_from_args(AddTokensOptions, args)  # checked before torch loads

@@ -8,14 +8,14 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tying.config import add_config_arguments
+    from tying.config_flags import add_config_arguments
     from tying.options.convert import TRAINING_ONLY_KEYS, ConvertOptions
 
     add_config_arguments(parser, ConvertOptions, exclude=TRAINING_ONLY_KEYS)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tying.config import config_from_args
+    from tying.config_flags import config_from_args
     from tying.options.convert import ConvertOptions
 
     options = config_from_args(ConvertOptions, args)  # checked before torch loads

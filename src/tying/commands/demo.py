@@ -10,14 +10,14 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tying.config import add_config_arguments
+    from tying.config_flags import add_config_arguments
     from tying.options.demo import DemoOptions
 
     add_config_arguments(parser, DemoOptions)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tying.config import config_from_args
+    from tying.config_flags import config_from_args
     from tying.options.demo import DemoOptions
 
     options = config_from_args(DemoOptions, args)  # checked before torch loads

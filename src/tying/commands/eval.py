@@ -7,14 +7,14 @@ import json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tying.config import add_config_arguments
+    from tying.config_flags import add_config_arguments
     from tying.options.eval import EvalOptions
 
     add_config_arguments(parser, EvalOptions)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tying.config import config_from_args
+    from tying.config_flags import config_from_args
     from tying.options.eval import EvalOptions
 
     options = config_from_args(EvalOptions, args)  # checked before torch loads

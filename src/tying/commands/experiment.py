@@ -13,7 +13,7 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tying.config import add_config_arguments
+    from tying.config_flags import add_config_arguments
     from tying.options.experiment import ExperimentConfig
 
     parser.add_argument("config", metavar="CONFIG.yaml", help="experiment config file")
@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tying.config import config_from_args, split_config_items
+    from tying.config_flags import config_from_args, split_config_items
     from tying.errors import InvalidInputError
     from tying.options.experiment import ExperimentConfig
 

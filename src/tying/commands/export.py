@@ -7,14 +7,14 @@ import json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tying.config import add_config_arguments
+    from tying.config_flags import add_config_arguments
     from tying.options.convert import ExportOptions
 
     add_config_arguments(parser, ExportOptions)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tying.config import config_from_args
+    from tying.config_flags import config_from_args
     from tying.options.convert import ExportOptions
 
     options = config_from_args(ExportOptions, args)  # checked before torch loads

@@ -7,14 +7,14 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tying.config import add_config_arguments
+    from tying.config_flags import add_config_arguments
     from tying.options.finetune import FinetuneOptions
 
     add_config_arguments(parser, FinetuneOptions)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tying.config import config_from_args
+    from tying.config_flags import config_from_args
     from tying.options.finetune import FinetuneOptions
 
     options = config_from_args(FinetuneOptions, args)  # checked before torch loads

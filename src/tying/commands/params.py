@@ -7,7 +7,7 @@ import json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tying.config import add_config_arguments
+    from tying.config_flags import add_config_arguments
     from tying.options.params import ParamsOptions
 
     add_config_arguments(parser, ParamsOptions)
@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tying.config import config_from_args
+    from tying.config_flags import config_from_args
     from tying.options.params import ParamsOptions
 
     options = config_from_args(ParamsOptions, args)  # checked before torch loads

@@ -6,14 +6,14 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tying.config import add_config_arguments
+    from tying.config_flags import add_config_arguments
     from tying.options.plot import PlotOptions
 
     add_config_arguments(parser, PlotOptions)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tying.config import config_from_args
+    from tying.config_flags import config_from_args
     from tying.options.plot import PlotOptions
 
     options = config_from_args(PlotOptions, args)  # checked before torch loads

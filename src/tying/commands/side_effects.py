@@ -8,14 +8,14 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tying.config import add_config_arguments
+    from tying.config_flags import add_config_arguments
     from tying.options.side_effects import SideEffectsOptions
 
     add_config_arguments(parser, SideEffectsOptions)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tying.config import config_from_args
+    from tying.config_flags import config_from_args
     from tying.options.side_effects import SideEffectsOptions
 
     options = config_from_args(SideEffectsOptions, args)  # checked before torch loads

@@ -11,14 +11,14 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tying.config import add_config_arguments
+    from tying.config_flags import add_config_arguments
     from tying.options.lens import TraceOptions
 
     add_config_arguments(parser, TraceOptions)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tying.config import config_from_args
+    from tying.config_flags import config_from_args
     from tying.options.lens import TraceOptions
 
     options = config_from_args(TraceOptions, args)  # checked before torch loads

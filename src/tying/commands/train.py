@@ -12,7 +12,7 @@ import logging
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tying.config import add_config_arguments
+    from tying.config_flags import add_config_arguments
     from tying.options.train import TrainConfig
 
     parser.add_argument(
@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tying.config import config_from_args, split_config_items
+    from tying.config_flags import config_from_args, split_config_items
     from tying.options.train import TrainConfig, contradictions
 
     path, overrides = split_config_items(args.items)
