@@ -19,7 +19,8 @@ from tying.data.corpus import (
     resolve_source,
 )
 from tying.data.readers import iter_documents, resolve_files
-from tying.data.shards import Manifest, TokenStore, build_shards, ensure_shards, open_shards
+from tying.data.shards import build_shards, ensure_shards
+from tying.data.token_store import Manifest, TokenStore, open_shards
 from tying.data.tokenizer import TextTokenizer, load_tokenizer
 
 __all__ = [

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tying.data.shards import TokenStore
+from tying.data.token_store import TokenStore
 from tying.errors import InvalidInputError
 
 

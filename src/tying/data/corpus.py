@@ -7,7 +7,8 @@ from typing import Any
 
 from tying import paths
 from tying.data.readers import Source
-from tying.data.shards import TokenStore, ensure_shards, open_shards
+from tying.data.shards import ensure_shards
+from tying.data.token_store import TokenStore, open_shards
 from tying.data.tokenizer import TextTokenizer
 
 #: Source aliases: names for the default corpus's splits.

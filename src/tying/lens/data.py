@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from tying.data.batches import num_windows
-from tying.data.shards import TokenStore
+from tying.data.token_store import TokenStore
 from tying.data.tokenizer import TextTokenizer
 from tying.errors import InvalidInputError
 

@@ -18,7 +18,8 @@ from torch import nn
 from tying.config import ConfigError
 from tying.data.batches import WindowSampler, eval_batches
 from tying.data.corpus import default_train_source, default_validation_source
-from tying.data.shards import TokenStore, ensure_shards, open_shards
+from tying.data.shards import ensure_shards
+from tying.data.token_store import TokenStore, open_shards
 from tying.data.tokenizer import TextTokenizer, load_tokenizer
 from tying.paths import cache_dir
 from tying.train.config import TrainConfig

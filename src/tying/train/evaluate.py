@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from tying.data.batches import eval_batches
-from tying.data.shards import TokenStore
+from tying.data.token_store import TokenStore
 
 
 @torch.no_grad()
