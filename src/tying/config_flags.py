@@ -18,6 +18,7 @@ import inspect
 import re
 import types
 import typing
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -32,6 +33,7 @@ from tying.config import (
     _choices,
     _hints,
     _is_config,
+    _moved_keys,
     _optional_inner,
     _required,
     flag_name,
@@ -152,6 +154,67 @@ class _BoolDotted(argparse.Action):
         )
 
 
+class _MovedDotted(argparse.Action):
+    """An old flat flag of a key that moved into a section (`--t-init` for pit.t_init): stored
+    under the new key like `_StoreDotted` (`--no-OLD` for a bool), and remembered in
+    `namespace._moved_flags` so that `flags_from_args` warns once the CLI's log is set up."""
+
+    def __init__(self, option_strings: list[str], dest: str, boolean: bool = False, **kwargs):
+        if boolean:
+            kwargs["nargs"] = 0
+        super().__init__(option_strings, dest, **kwargs)
+        self.boolean = boolean
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        if self.boolean:
+            values = not str(option_string).startswith("--no-")
+        _StoreDotted.__call__(self, parser, namespace, values, option_string)
+        moved = getattr(namespace, "_moved_flags", None)
+        if moved is None:
+            moved = []
+            namespace._moved_flags = moved
+        new = flag_name(self.dest)
+        if str(option_string).startswith("--no-"):
+            new = "--no-" + new[2:]
+        moved.append((str(option_string), new))
+
+
+def _add_moved_flags(parser: argparse.ArgumentParser, cls: type) -> None:
+    """Hidden flags for the flat keys of `cls` that moved into a section (its sections'
+    `MOVED_KEYS`): `tying convert --t-init output` still sets pit.t_init, with a
+    DeprecationWarning, until tying 0.3. A moved section (`fit` -> pit.fit) keeps its fields'
+    old flags (`--fit.tokens`)."""
+    for old, (section, key) in _moved_keys(cls).items():
+        new = f"{section}.{key}"
+        inner, _ = _optional_inner(_annotation_at(cls, new))
+        if _is_config(inner):
+            hints = _hints(inner)
+            leaves = [
+                (f"{old}.{f.name}", f"{new}.{f.name}", hints[f.name])
+                for f in dataclasses.fields(inner)
+                if f.init
+            ]
+        else:
+            leaves = [(old, new, inner)]
+        for old_key, new_key, annotation in leaves:
+            leaf, _ = _optional_inner(annotation)
+            boolean = leaf is bool
+            flags = [flag_name(old_key)] + (["--no-" + flag_name(old_key)[2:]] if boolean else [])
+            many = typing.get_origin(leaf) in (list, tuple)
+            try:
+                parser.add_argument(
+                    *flags,
+                    dest=new_key,
+                    action=_MovedDotted,
+                    boolean=boolean,
+                    **({} if boolean else {"nargs": "+" if many else None}),
+                    help=argparse.SUPPRESS,
+                    default=argparse.SUPPRESS,
+                )
+            except argparse.ArgumentError:  # the old name is a flag of its own today
+                continue
+
+
 def add_config_arguments(
     parser: argparse.ArgumentParser,
     cls: type,
@@ -239,12 +302,20 @@ def add_config_arguments(
                 help=argparse.SUPPRESS,
                 default=argparse.SUPPRESS,
             )
+    if not prefix:
+        _add_moved_flags(parser, cls)
 
 
 def flags_from_args(cls: type, namespace: argparse.Namespace) -> dict[str, Any]:
     """The flags and positionals given on the command line, parsed, as a nested mapping."""
     out: dict[str, Any] = {}
     raw: dict[str, Any] = dict(getattr(namespace, "_flags", {}) or {})
+    for old_flag, new_flag in getattr(namespace, "_moved_flags", []):
+        warnings.warn(
+            f"{old_flag} is now {new_flag}; the old flag will be removed in tying 0.3",
+            DeprecationWarning,
+            stacklevel=2,
+        )
     for f in dataclasses.fields(cls):
         if f.metadata.get(POSITIONAL) and hasattr(namespace, f.name):
             raw[f.name] = getattr(namespace, f.name)

@@ -159,4 +159,8 @@ def test_the_cli_has_a_flag_per_section_key() -> None:
     add_config_arguments(parser, TrainConfig)
     flags = {a for action in parser._actions for a in action.option_strings}
     assert {"--pit.t-scale", "--pit.z-optimizer", "--tt.input-grad-scale"} <= flags
-    assert not {"--pit-t-scale", "--input-grad-scale", "--t-init"} & flags
+    # the flat flags of keys that moved into a section are accepted for one release
+    # (tests/test_moved_flags.py), but --help shows only the sections' flags
+    shown = parser.format_help().replace("--pit.", "").replace("--tt.", "")
+    assert {"--pit-t-scale", "--t-init"} <= flags
+    assert not any(f in shown for f in ("--pit-t-scale", "--input-grad-scale", "--t-init"))
