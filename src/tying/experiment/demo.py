@@ -53,7 +53,7 @@ DEMO_FIT_TOKENS = 4096
 #: against 3.47 for the best closed form and 0.95 for the default fit (docs/teacher.md).
 DEMO_VARIANTS: dict[str, dict[str, Any]] = {
     "tt": {"tie": "tt"},
-    "pit": {"tie": "pit", "pit": {"t_init": "fit"}, "fit": {"tokens": DEMO_FIT_TOKENS}},
+    "pit": {"tie": "pit", "pit": {"t_init": "fit", "fit": {"tokens": DEMO_FIT_TOKENS}}},
 }
 
 
