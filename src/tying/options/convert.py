@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tying.config import ConfigError, positional, tie_field
+from tying.config import positional, tie_field
 from tying.options.interface import (
     PitOptions,
     TransposeOptions,
-    check_other_sections,
-    check_tie_name,
+    check_interface_config,
     options_section,
 )
 
@@ -63,11 +62,7 @@ class ConvertOptions:
     overwrite: bool = False
 
     def __post_init__(self) -> None:
-        try:
-            check_tie_name(self.tie)
-            check_other_sections(self, self.tie)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+        check_interface_config(self)
 
     def conversion_keywords(self) -> dict[str, Any]:
         """The chosen interface's conversion keywords, from its section."""

@@ -22,6 +22,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from tying.config import ConfigError
 from tying.errors import InvalidInputError
 
 #: How a trained PIT memory Z is optimised (tying.train.optim).
@@ -325,6 +326,16 @@ def check_other_sections(config: Any, tie: str) -> None:
                     f"with {other}.{f.name}={value!r}: leave it at its default "
                     f"({getattr(default, f.name)!r})"
                 )
+
+
+def check_interface_config(config: Any) -> None:
+    """A run config's `tie` and interface sections, checked together (`check_tie_name`, then
+    `check_other_sections`); a ConfigError, as the config's own checks raise."""
+    try:
+        check_tie_name(config.tie)
+        check_other_sections(config, config.tie)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def options_section(config: Any, tie: str) -> Any | None:

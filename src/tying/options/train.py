@@ -15,8 +15,7 @@ from tying.options.interface import (
     INTERFACE_SECTIONS,
     PitOptions,
     TransposeOptions,
-    check_other_sections,
-    check_tie_name,
+    check_interface_config,
     options_section,
 )
 
@@ -164,11 +163,7 @@ class TrainConfig:
     distill: DistillConfig = field(default_factory=DistillConfig)
 
     def __post_init__(self) -> None:
-        try:
-            check_tie_name(self.tie)
-            check_other_sections(self, self.tie)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+        check_interface_config(self)
         for name in (
             "max_steps",
             "seq_len",
