@@ -50,6 +50,21 @@ from tying.train.resolve import as_interface_model, load_trained, resolve_model
 MODEL_KINDS = ("run", "hf", "module")
 
 
+#: The record `tying add-tokens` writes into the folder of a model it grew.
+ADDED_TOKENS_RECORD = "add_tokens.json"
+
+
+def vocab_size_before_added_tokens(spec: str | Path) -> int | None:
+    """V_old of a model folder written by `tying add-tokens` (its add_tokens.json): the ids
+    below it are the old tokens; None for any other spec."""
+    import json
+
+    record = Path(spec).expanduser() / ADDED_TOKENS_RECORD
+    if not record.is_file():
+        return None
+    return int(json.loads(record.read_text(encoding="utf-8"))["vocab_size"]["before"])
+
+
 def safe_name(text: str) -> str:
     """A file-system-safe name: characters outside [A-Za-z0-9._-] become '-' (e.g. hub ids)."""
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", text.replace("/", "--")).strip("-.")

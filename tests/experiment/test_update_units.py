@@ -46,8 +46,15 @@ def test_base_record_is_the_design_metric() -> None:
             "gutenberg-validation": {"kl_nats": 0.04, "per_window": {"kl_nats": [0.04]}},
         },
         "lens_kl_change": [9.0, 0.1, 0.3, 5.0, 7.0, 0.0],  # entries 0..5: L = 5, half = 2
+        "interface_change": {
+            "E_rel_change": 0.5,
+            "E_old_rel_change": 0.25,
+            "U_rel_change": 0.5,
+            "U_old_rel_change": None,
+        },
     }
     record = base_record(before, after, side, "gsm8k")
+    assert record["drift"] == {"E": 0.25, "U": None}
     assert record["gain"] == pytest.approx(0.5)
     assert record["cross"] == {"mbpp": pytest.approx(-0.2)}
     assert record["y"]["wikitext-2"] == pytest.approx(math.log(0.01 / 0.5))
@@ -63,8 +70,11 @@ def test_base_record_is_the_design_metric() -> None:
         "ln_kl:wikitext-2",
         "ln_kl:gutenberg-validation",
         "cross:mbpp",
+        "drift:E_old",
+        "drift:U_old",
         "lens_first_half",
     }
+    assert values["drift:E_old"] == 0.25 and math.isnan(values["drift:U_old"])
     after["tasks"]["gsm8k"] = before["tasks"]["gsm8k"]  # no gain: no ratio
     assert math.isnan(base_record(before, after, side, "gsm8k")["y"]["wikitext-2"])
 
@@ -219,6 +229,8 @@ def _units_config(out: Path, **updates) -> ExperimentConfig:
         ({"compare": [["tt", "untied"]]}, "two different labels of the grid"),
         ({"finetune": {"seed": 3}}, "each LoRA's seed is its run's seed"),
         ({"unit_steps": [10]}, "needs updates.units and >= 2 steps"),
+        ({"targets": {"mbpp": "held-out.jsonl"}}, "are not update tasks"),
+        ({"targets": {"gsm8k": "held-out.txt"}}, "must be a .jsonl file"),
     ],
 )
 def test_units_settings_refused(updates: dict, message: str, tmp_path: Path) -> None:
@@ -307,6 +319,9 @@ def test_units_stage_end_to_end(small_corpus, tmp_path: Path, monkeypatch) -> No
     [
         (["--train-only", "--updates-only"], "exclude each other"),
         (["--updates-only"], "has no update stage"),
+        (["--updates-only", "--shard", "0/2"], "give I/N with 1 <= I <= N"),
+        (["--updates-only", "--shard", "two"], "give I/N with 1 <= I <= N"),
+        (["--shard", "1/2"], "--shard needs --updates-only"),
     ],
 )
 def test_updates_only_bad_input_is_one_line(

@@ -34,6 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="train the grid and run its update stage; write OUT/updates.json only (no probes, "
         "lenses or report)",
     )
+    parser.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="with --updates-only: run only bases I, I+N, I+2N, ... of the update stage (N "
+        "processes share it out; a last call without --shard writes OUT/updates.json)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,14 +51,34 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(ExperimentConfig, args, path, overrides)  # checked before torch loads
     if args.train_only and args.updates_only:
         raise InvalidInputError("--train-only and --updates-only exclude each other: give one")
+    shard = parse_shard(args.shard) if args.shard else None
+    if shard is not None and not args.updates_only:
+        raise InvalidInputError("--shard needs --updates-only")
     from tying.experiment import run_experiment, run_grid, run_updates_only
 
     if args.train_only:
         run_grid(cfg, progress=not args.no_progress)
         return 0
     if args.updates_only:
-        print(f"wrote {run_updates_only(cfg, progress=not args.no_progress)}")
+        written = run_updates_only(cfg, progress=not args.no_progress, shard=shard)
+        print(f"wrote {written}" if written else f"update stage shard {args.shard} done")
         return 0
     result = run_experiment(cfg, progress=not args.no_progress)
     print(f"wrote {result.json_path}, {result.markdown_path} and {result.html_path}")
     return 0
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """(i, n) from "I/N" with 1 <= I <= N.
+
+    Raises:
+        InvalidInputError: another form.
+    """
+    from tying.errors import InvalidInputError
+
+    parts = text.split("/")
+    if len(parts) == 2 and all(p.strip().isdigit() for p in parts):
+        index, count = int(parts[0]), int(parts[1])
+        if 1 <= index <= count:
+            return index, count
+    raise InvalidInputError(f"--shard {text!r}: give I/N with 1 <= I <= N, e.g. --shard 2/8")

@@ -53,7 +53,7 @@ from tying.evaluation.stats import mcnemar_exact, paired_bootstrap
 from tying.lens.data import eval_window_count, window_batches
 from tying.lens.evaluate import evaluate_lens
 from tying.lens.logit_lens import LogitLens
-from tying.loader import LoadedModel, load_any, safe_name
+from tying.loader import LoadedModel, load_any, safe_name, vocab_size_before_added_tokens
 from tying.options.side_effects import DEFAULT_TEXTS
 from tying.options.side_effects import SideEffectsOptions as SideEffectsOptions
 from tying.outputs import check_output_folder, output_folder
@@ -319,17 +319,31 @@ def interface_metrics(model: LoadedModel) -> dict[str, Any]:
 
 
 @torch.no_grad()
-def interface_change(base: LoadedModel, updated: LoadedModel) -> dict[str, float | None]:
-    """‖E_updated − E_base‖_F / ‖E_base‖_F and the same for U (None when the shapes differ)."""
+def interface_change(
+    base: LoadedModel, updated: LoadedModel, old_rows: int | None = None
+) -> dict[str, float | None]:
+    """How far an update moved the interface (None where the shapes differ):
+
+        E_rel_change     = ‖E_updated − E_base‖_F / ‖E_base‖_F          (all V rows)
+        E_old_rel_change = the same over the rows of ids < old_rows      (the old tokens)
+
+    and likewise `U_rel_change`, `U_old_rel_change` for U = W_outᵀ. `old_rows`: the
+    vocabulary before `tying add-tokens` grew the base (None: every row is old).
+    """
     e_b, u_b = base.interface.analysis_matrices()
     e_u, u_u = updated.interface.analysis_matrices()
     out: dict[str, float | None] = {}
-    for key, before, after in (("E_rel_change", e_b, e_u), ("U_rel_change", u_b, u_u)):
-        if before.shape != after.shape:
-            out[key] = None
-            continue
-        before, after = before.double(), after.double()
-        out[key] = float(torch.linalg.norm(after - before) / torch.linalg.norm(before))
+    for name, before, after in (("E", e_b, e_u), ("U", u_b, u_u)):
+        rows = before.shape[0] if old_rows is None else old_rows
+        for key, part in (
+            (f"{name}_rel_change", slice(None)),
+            (f"{name}_old_rel_change", slice(0, rows)),
+        ):
+            if before.shape != after.shape:
+                out[key] = None
+                continue
+            b, a = before[part].double(), after[part].double()
+            out[key] = float(torch.linalg.norm(a - b) / torch.linalg.norm(b))
     return out
 
 
@@ -498,7 +512,7 @@ def run_side_effects(options: SideEffectsOptions) -> SideEffectsRun:
         )
     t0 = time.perf_counter()
     interface = {"before": interface_metrics(pair.base), "after": interface_metrics(pair.updated)}
-    change = interface_change(pair.base, pair.updated)
+    change = interface_change(pair.base, pair.updated, vocab_size_before_added_tokens(options.base))
     seconds["interface"] = time.perf_counter() - t0
     report: dict[str, Any] = {
         "texts": texts,

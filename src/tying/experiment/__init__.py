@@ -73,9 +73,16 @@ def update_block(cfg: ExperimentConfig) -> tuple[str, dict[str, Any]]:
     return "updates", analyze_updates(cfg)
 
 
-def run_updates_only(cfg: ExperimentConfig, progress: bool = True) -> Path:
+def run_updates_only(
+    cfg: ExperimentConfig, progress: bool = True, shard: tuple[int, int] | None = None
+) -> Path | None:
     """Train the grid (finished cells skipped), run its update stage and write OUT/updates.json
     (the report's update block alone: no probes, lenses or figures).
+
+    With `shard` (i, n) the process runs only its share of the stage's bases
+    (`tying.experiment.updates.run_updates`) and writes nothing else (returns None): n such
+    processes share the stage out, and a last call without `shard` finds every step done and
+    writes updates.json.
 
     Raises:
         ValueError: the config has no update stage.
@@ -88,6 +95,9 @@ def run_updates_only(cfg: ExperimentConfig, progress: bool = True) -> Path:
             "the config has no update stage: give updates.bases or updates.units"
         )
     require_trained(run_grid(cfg, progress=progress))
+    if shard is not None:
+        run_updates(cfg, progress=progress, shard=shard)
+        return None
     run_updates(cfg, progress=progress)
     key, block = update_block(cfg)
     text = json.dumps({"name": cfg.name, key: finite(block)}, indent=1) + "\n"

@@ -13,6 +13,13 @@ for each base b of run r (interface i, seed s, checkpoint step k):
     cross(b, t)   = the change of ref_loglik_per_token on each other evaluated task t
     lens(b)       = mean change of the logit-lens KL over the first half of the blocks
                     (residual entries 1 … L/2 of `lens_kl_change`)
+    drift(b, M)   = ‖M_old(b + LoRA) − M_old(b)‖_F / ‖M_old(b)‖_F for M = E and U = W_outᵀ,
+                    over the rows of the old tokens (all rows unless the base was grown by
+                    `tying add-tokens`; `interface_change` of side_effects.json)
+
+An update trained on a .jsonl task has its target in `updates.targets` (held-out completions,
+`tying.update.completions`): its gain is read from target-base.json and target-updated.json
+as an lm-eval task's is from results.json.
 
 A metric m is compared at one base loss L* (the middle of the base-loss range both interfaces
 cover, pooled over seeds): within each seed, each interface's run gives a least-squares line of
@@ -81,7 +88,7 @@ def base_record(
         task: the update's own task.
 
     Returns:
-        {"gain", "cross": {task: change}, "kl": {text: kl}, "kl_per_window": {text: [...]},
+        {"gain", "drift": {"E", "U"}, "cross": {task: change}, "kl": {text: kl}, "kl_per_window": {text: [...]},
         "y": {text: ln(kl / gain)}, "lens_first_half", "items": {task: [per-item change of
         log p(reference) per token]}}.
     """
@@ -98,8 +105,10 @@ def base_record(
     kl = {text: float(entry["kl_nats"]) for text, entry in texts.items()}
     lens = side_effects.get("lens_kl_change")
     half = (len(lens) - 1) // 2 if lens else 0
+    change = side_effects.get("interface_change") or {}
     return {
         "gain": gain,
+        "drift": {m: change.get(f"{m}_old_rel_change") for m in ("E", "U")},
         "cross": {name: change for name, change in changes.items() if name != task},
         "kl": kl,
         "kl_per_window": {t: list(e["per_window"]["kl_nats"]) for t, e in texts.items()},
@@ -111,10 +120,12 @@ def base_record(
 
 def metric_values(record: dict[str, Any]) -> dict[str, float]:
     """The compared metrics of one base, by name: `y:TEXT`, `ln_kl:TEXT`, `cross:TASK`,
-    `lens_first_half` (NaN where undefined)."""
+    `drift:E_old`, `drift:U_old`, `lens_first_half` (NaN where undefined)."""
     values = {f"y:{t}": v for t, v in record["y"].items()}
     values.update({f"ln_kl:{t}": _log_ratio(v, 1.0) for t, v in record["kl"].items()})
     values.update({f"cross:{t}": v for t, v in record["cross"].items()})
+    for matrix, value in record.get("drift", {}).items():
+        values[f"drift:{matrix}_old"] = math.nan if value is None else value
     lens = record["lens_first_half"]
     values["lens_first_half"] = math.nan if lens is None else lens
     return values
@@ -215,6 +226,7 @@ def compare_units(
     primary: str,
     secondary: Sequence[str],
     smallest_ratio: float = 1.5,
+    reported: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The pre-declared comparison of docs/updates-design.md.
 
@@ -226,13 +238,15 @@ def compare_units(
         secondary: the secondary family's metric names (Holm-corrected together).
         smallest_ratio: the smallest treatment/control ratio of the primary metric worth
             detecting; the verdict says whether the interval excludes it.
+        reported: metrics summarised outside the family (no Holm correction), as declared.
 
     Returns:
         {"control", "treatment", "at_loss", "primary": summary, "secondary": {name: summary
         with "p_holm"}}; a summary is `paired_unit_summary` of the per-seed differences plus
         "kind", "units", "extrapolated_units", the spread across units of each interface's
         value ("control_sd", "treatment_sd": descriptive, the paper's "predictability", not
-        tested) and, for log metrics, "ratio" and "ratio_ci95"; the primary also has "verdict".
+        tested) and, for log metrics, "ratio" and "ratio_ci95"; the primary also has "verdict";
+        "reported": {name: summary} of `reported`.
     """
     at_loss = matched_loss_point(records, control, treatment)
 
@@ -258,6 +272,7 @@ def compare_units(
         "smallest_ratio": smallest_ratio,
         "primary": first,
         "secondary": family,
+        "reported": {name: summary(name) for name in reported},
     }
 
 
@@ -291,6 +306,7 @@ def collect_units(cfg: ExperimentConfig) -> list[dict[str, Any]]:
         RESULTS_FILE,
         SIDE_EFFECTS_FILE,
         base_eval_folder,
+        target_files,
         task_label,
         update_bases,
         update_folders,
@@ -303,9 +319,15 @@ def collect_units(cfg: ExperimentConfig) -> list[dict[str, Any]]:
         for task in cfg.updates.tasks:
             f = update_folders(cfg, base.name, task)
             finetune = _read_json(f.adapter / FINETUNE_FILE)
+            before, after = base_results, _read_json(f.eval / RESULTS_FILE)
+            if task in cfg.updates.targets:  # the target of a .jsonl update: its own file
+                files = target_files(cfg, base.name, task)
+                label = task_label(task)
+                before = {**before, "tasks": {**before["tasks"], label: _read_json(files[0])}}
+                after = {**after, "tasks": {**after["tasks"], label: _read_json(files[1])}}
             record = base_record(
-                base_results,
-                _read_json(f.eval / RESULTS_FILE),
+                before,
+                after,
                 _read_json(f.side_effects / SIDE_EFFECTS_FILE),
                 task_label(task),
             )
@@ -341,11 +363,14 @@ def analyze_units(cfg: ExperimentConfig) -> dict[str, Any]:
         names = list(rows[0]["metrics"])
         texts = list(rows[0]["kl"])
         primary = f"y:{texts[0]}"
-        secondary = [n for n in names if n != primary]
+        outside = [n for n in names if n in cfg.updates.outside_family]
+        secondary = [n for n in names if n != primary and n not in outside]
         for control, treatment in cfg.updates.compare:
             entry: dict[str, Any] = {"task": task, "control": control, "treatment": treatment}
             try:
-                entry.update(compare_units(rows, control, treatment, primary, secondary))
+                entry.update(
+                    compare_units(rows, control, treatment, primary, secondary, reported=outside)
+                )
             except ValueError as e:  # no matched loss: said in the report, not a crash
                 entry["error"] = str(e)
             comparisons.append(entry)

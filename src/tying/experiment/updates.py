@@ -7,6 +7,8 @@ For every base model B (`updates.bases`) and update task T (`updates.tasks`):
     out/updates/B/T/adapter/                   the LoRA adapter (tying finetune)
     out/updates/B/T/eval/results.json          B + adapter on the same items
     out/updates/B/T/side-effects/side_effects.json   B against B + adapter (tying side-effects)
+    out/updates/B/T/target-base.json           B on `updates.targets[T]` (a .jsonl task's
+    out/updates/B/T/target-updated.json        held-out completions) and B + adapter on it
 
 Each step is skipped when its output exists (results.json, finetune.json, side_effects.json)
 and a killed adapter resumes from its newest checkpoint, so a rerun continues the stage. The
@@ -39,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from tying.config import from_dict
-from tying.errors import MissingFileError
+from tying.errors import InvalidInputError, MissingFileError
 from tying.experiment.config import ExperimentConfig, RunSpec
 
 log = logging.getLogger(__name__)
@@ -130,6 +132,27 @@ def update_folders(cfg: ExperimentConfig, base: str, task: str) -> UpdateFolders
     return UpdateFolders(leaf / "adapter", leaf / "eval", leaf / "side-effects")
 
 
+def target_files(cfg: ExperimentConfig, base: str, task: str) -> tuple[Path, Path]:
+    """Where the stage writes the target likelihood of base `base` and of base + its `task`
+    adapter (`updates.targets`)."""
+    leaf = cfg.root / "updates" / base / task_label(task)
+    return leaf / "target-base.json", leaf / "target-updated.json"
+
+
+def _target(cfg: ExperimentConfig, spec: str, task: str, adapter: Path | None, out: Path) -> None:
+    from tying.outputs import write_text_atomic
+    from tying.update.completions import completion_loglik
+
+    f = cfg.updates.finetune
+    options = {"precision": cfg.updates.evaluate.get("precision", "fp32")}
+    for key in ("max_seq_len", "append_eos", "device"):
+        if key in f:
+            options[key] = f[key]
+    result = completion_loglik(spec, cfg.updates.targets[task], adapter=adapter, **options)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out, json.dumps(result, indent=1) + "\n")
+
+
 def evaluate_options(cfg: ExperimentConfig, spec: str, adapter: Path | None, out: Path) -> Any:
     """The stage's `EvaluateOptions` for model `spec` (with `adapter`, if any) written to
     `out`: the `updates.evaluate` section with the stage's tasks, item limit and seed."""
@@ -185,11 +208,25 @@ def _add_tokens(cfg: ExperimentConfig, spec: str, out: Path) -> None:
     add_tokens(from_dict(AddTokensOptions, data, source="updates.add_tokens"))
 
 
-def run_updates(cfg: ExperimentConfig, progress: bool = True) -> None:
-    """Evaluate, update and measure every base and task (finished steps skipped)."""
+def run_updates(
+    cfg: ExperimentConfig, progress: bool = True, shard: tuple[int, int] = (1, 1)
+) -> None:
+    """Evaluate, update and measure every base and task (finished steps skipped).
+
+    Args:
+        cfg: the experiment.
+        progress: progress bars.
+        shard: (i, n): this process takes the bases i, i + n, i + 2n, ... (1-based) of
+            `update_bases`, so n processes share the stage out (each base's steps are
+            independent of the others').
+    """
     u = cfg.updates
-    bases = update_bases(cfg)
-    steps = len(bases) * (1 + len(u.tasks) * (2 if u.skip_side_effects else 3))
+    index, count = shard
+    if not 1 <= index <= count:
+        raise InvalidInputError(f"shard {index}/{count}: need 1 <= I <= N")
+    bases = update_bases(cfg)[index - 1 :: count]
+    per_task = (2 if u.skip_side_effects else 3) + 2 * len(u.targets)
+    steps = len(bases) * (1 + len(u.tasks) * per_task)
     done = 0
 
     def step(what: str, marker: Path, work: Callable[[], None]) -> None:
@@ -230,6 +267,20 @@ def run_updates(cfg: ExperimentConfig, progress: bool = True) -> None:
                 f.eval / RESULTS_FILE,
                 lambda spec=spec, f=f: _evaluate(cfg, spec, f.adapter, f.eval),
             )
+            if task in u.targets:
+                before, after = target_files(cfg, base, task)
+                step(
+                    f"{base}: target likelihood of {task_label(task)}",
+                    before,
+                    lambda spec=spec, task=task, out=before: _target(cfg, spec, task, None, out),
+                )
+                step(
+                    f"{base} + {task_label(task)} adapter: target likelihood",
+                    after,
+                    lambda spec=spec, task=task, f=f, out=after: _target(
+                        cfg, spec, task, f.adapter, out
+                    ),
+                )
             if not u.skip_side_effects:
                 step(
                     f"{base} + {task_label(task)} adapter: side effects",

@@ -136,6 +136,13 @@ class UpdateSettings:
             base is first grown by those tokens (folder `updates/BASE/grown`) and the grown
             model is the base that is evaluated, updated and compared (issue 36's new-token
             update); empty = none.
+        targets: {update task: held-out .jsonl file of prompt/completion records}: for an
+            update trained on a .jsonl task, the file whose completions' likelihood is its
+            target (`tying.evaluation.completions`), measured on each base and each updated
+            model; the target gain of `tying.experiment.update_units` is read from it.
+        outside_family: metric names (`tying.experiment.update_units.metric_values`, e.g.
+            `cross:gsm8k`) reported but left out of the secondary family and its Holm
+            correction, as the design declares.
     """
 
     bases: dict[str, str] = field(default_factory=dict)
@@ -150,6 +157,8 @@ class UpdateSettings:
     units: bool = False
     unit_steps: list[int] | None = None
     add_tokens: dict[str, Any] = field(default_factory=dict)
+    targets: dict[str, str] = field(default_factory=dict)
+    outside_family: list[str] = field(default_factory=list)
 
     @property
     def enabled(self) -> bool:
@@ -189,6 +198,17 @@ class UpdateSettings:
             raise ConfigError(
                 f"updates.tasks must be a non-empty list without duplicates: {self.tasks}"
             )
+        unknown = [t for t in self.targets if t not in self.tasks]
+        if unknown:
+            raise ConfigError(
+                f"updates.targets: {unknown} are not update tasks ({', '.join(self.tasks)})"
+            )
+        for task, file in self.targets.items():
+            if not str(file).endswith(".jsonl"):
+                raise ConfigError(
+                    f"updates.targets.{task}: {file!r} must be a .jsonl file of "
+                    '{"prompt": ..., "completion": ...} records'
+                )
         try:
             parse_tasks(self.eval_tasks)
         except ValueError as e:

@@ -43,7 +43,7 @@ from torch import Tensor
 
 from tying.errors import ExistingFileError, InvalidInputError, MissingFileError
 from tying.interface.resize import PitKeep, grow_interface
-from tying.loader import LoadedModel, load_any
+from tying.loader import ADDED_TOKENS_RECORD, LoadedModel, load_any, vocab_size_before_added_tokens
 from tying.options.add_tokens import INITS as INITS
 from tying.options.add_tokens import AddTokensOptions as AddTokensOptions
 from tying.outputs import write_text_atomic
@@ -51,7 +51,7 @@ from tying.outputs import write_text_atomic
 logger = logging.getLogger(__name__)
 
 #: The record of what was added, in the output folder.
-RECORD_FILE = "add_tokens.json"
+RECORD_FILE = ADDED_TOKENS_RECORD
 
 
 @dataclass
@@ -143,13 +143,13 @@ def first_added_id(spec: str | Path) -> int:
     Raises:
         ValueError: `spec` is not such a folder.
     """
-    record = Path(spec).expanduser() / RECORD_FILE
-    if not record.is_file():
+    before = vocab_size_before_added_tokens(spec)
+    if before is None:
         raise InvalidInputError(
             f"train_tokens=new needs a model written by tying add-tokens ({spec} has no "
             f"{RECORD_FILE})"
         )
-    return int(json.loads(record.read_text(encoding="utf-8"))["vocab_size"]["before"])
+    return before
 
 
 def _set_interface(loaded: LoadedModel, interface: Any) -> None:
