@@ -8,7 +8,9 @@ fenced code, inline code and generated blocks) that is neither
 * tied to a JSON key of the repository on its page (`pages.<page>.numbers`: the number as
   printed -> a value spec of `studies.claims`, checked against the JSON),
 * allowed by the short rules below (dates, versions, references to sections, tables, figures,
-  rows, seeds and steps, list markers, names such as GPT-2), nor
+  rows, seeds and steps, list markers, names such as GPT-2, and the constants of the command
+  line's interface: an exit status 0, 1, 2, 130 or 143 where the text says it is one, an
+  `[Errno N]` of an OS error message), nor
 * counted in the page's `untied` budget: a ratchet for the pages not yet tied, which must equal
   the page's count of untied numbers (a new untied number fails the test, and so does tying one
   without lowering the count).
@@ -49,6 +51,19 @@ _REFERENCE_BEFORE = re.compile(
     r"|\btransformers|\bTriton|\bpeft|\bCUDA|\blm-eval|\bversion|\barXiv|\bcommit)"
     r"[\s(]*(?:[\d.,]+(?:\s*(?:[–,→/-]|and|to|or)\s*)?)*$"
 )
+#: The exit statuses of the command line (docs/architecture.md, "Errors"): 0 success, 1 a failure
+#: the library explains, 2 bad input, 130 / 143 interrupted by SIGINT / SIGTERM (128 + signal).
+EXIT_STATUSES = frozenset({"0", "1", "2", "130", "143"})
+#: The allow-list's pattern for them: one of EXIT_STATUSES right after "exit", "exits (with)",
+#: "exit status", "exit code" or "exits with status" (with any list of statuses between, each
+#: perhaps followed by its signal: "exits with 130 (SIGINT) or 143 (SIGTERM)").
+_EXIT_BEFORE = re.compile(
+    r"\bexit(?:s|ed)?(?:\s+with)?(?:\s+(?:status(?:es)?|codes?))?\s*"
+    r"(?:(?:0|1|2|130|143)\s*(?:\(SIG[A-Z]+\))?\s*(?:[/,]|or|and)\s*)*$",
+    re.I,
+)
+#: An OS error number quoted from an error message ("[Errno 22] Invalid argument").
+_ERRNO_BEFORE = re.compile(r"\[Errno\s*$")
 _DATE_TIME = re.compile(
     r"\b\d{4}-\d{2}-\d{2}(?:[ T]\d{1,2}:\d{2}(?::\d{2})?)?|\b\d{1,2}:\d{2}(?::\d{2})?\b"
 )
@@ -96,6 +111,10 @@ def numbers(markdown: str) -> list[Found]:
             continue  # the head of a version (3.12.3)
         if _REFERENCE_BEFORE.search(before):
             continue
+        if number in EXIT_STATUSES and _EXIT_BEFORE.search(before):
+            continue  # an exit status of the command line: a constant of the interface
+        if _ERRNO_BEFORE.search(before):
+            continue  # an OS error number quoted from its message
         line_start = text.rfind("\n", 0, start) + 1
         if re.fullmatch(r"\s*(?:[-*]\s*)?", text[line_start:start]) and after[:2] in (". ", ") "):
             continue  # a list marker

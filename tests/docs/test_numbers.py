@@ -111,6 +111,20 @@ def test_the_extractor_skips_code_references_names_and_generated_blocks():
     assert [f.line for f in N.numbers(page)] == [2, 4, 11, 11]
 
 
+def test_exit_statuses_are_allowed_only_as_exit_statuses():
+    """0, 1, 2, 130 and 143 right after "exit (status|code)"/"exits (with)" are constants of the
+    command line; the same digits elsewhere, or another number after "exit", are counted."""
+    page = "\n".join(
+        [
+            "exits with status 2; exit status 130/143; SIGTERM exits 143; (exit 2);",
+            "and exits",
+            "with 130 (SIGINT) or 143 (SIGTERM): [Errno 22] Invalid argument.",
+            "Counted: exit status 3, exits after 2 steps, 130 steps, status 2.5, 143 s.",
+        ]
+    )
+    assert [f.text for f in N.numbers(page)] == ["3", "2", "130", "2.5", "143"]
+
+
 def test_the_claims_table_is_a_generated_block():
     text = (ROOT / "docs" / "results.md").read_text()
     blanked = N.prose(text)
