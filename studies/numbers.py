@@ -7,6 +7,9 @@ fenced code, inline code and generated blocks) that is neither
   table's markers),
 * tied to a JSON key of the repository on its page (`pages.<page>.numbers`: the number as
   printed -> a value spec of `studies.claims`, checked against the JSON),
+* a default of the code (`pages.<page>.defaults`: the number as printed -> the dotted name of
+  a dataclass field or a module constant, e.g. `tying.options.finetune.FinetuneOptions.rank`,
+  or a list of such names; the test checks each one's value against the printed number),
 * allowed by the short rules below (dates, versions, references to sections, tables, figures,
   rows, seeds and steps, list markers, names such as GPT-2, and the constants of the command
   line's interface: an exit status 0, 1, 2, 130 or 143 where the text says it is one, an
@@ -24,10 +27,13 @@ entry ties "0.204" wherever it appears on that page.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from studies import ROOT
 
@@ -133,9 +139,38 @@ def pages(root: Path) -> list[Path]:
     return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
 
 
+def code_default(name: str) -> Any:
+    """The value of a dotted name of the package: a dataclass field's default
+    ("tying.options.finetune.FinetuneOptions.rank"), a module-level constant
+    ("tying.kernels.COMPILE_MIN_ELEMENTS") or a key of a module's dict
+    ("tying.decoder.presets.PRESETS.tiny.d_model")."""
+    parts = name.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            node: Any = importlib.import_module(".".join(parts[:i]))
+        except ModuleNotFoundError:
+            continue
+        for j, attr in enumerate(parts[i:], start=i):
+            if dataclasses.is_dataclass(node) and j == len(parts) - 1:
+                field = {f.name: f for f in dataclasses.fields(node)}.get(attr)
+                if field is not None:
+                    if field.default is not dataclasses.MISSING:
+                        return field.default
+                    if field.default_factory is not dataclasses.MISSING:
+                        return field.default_factory()
+            node = node[attr] if isinstance(node, dict) else getattr(node, attr)
+        return node
+    raise ModuleNotFoundError(name)
+
+
 def untied(root: Path, page: str, entry: dict) -> list[Found]:
-    """The numbers of `page` that are neither tied nor allowed by its `entry` of the YAML."""
-    known = set(entry.get("numbers") or {}) | set(entry.get("allow") or {})
+    """The numbers of `page` that are neither tied, nor a checked default, nor allowed by its
+    `entry` of the YAML."""
+    known = (
+        set(entry.get("numbers") or {})
+        | set(entry.get("defaults") or {})
+        | set(entry.get("allow") or {})
+    )
     return [f for f in numbers((root / page).read_text()) if f.text not in known]
 
 

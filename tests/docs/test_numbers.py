@@ -69,12 +69,34 @@ def test_every_tied_number_is_its_json_value(page):
         )
 
 
+@pytest.mark.parametrize("page", [p for p in PAGES if SPEC.get(p, {}).get("defaults")])
+def test_every_default_is_the_codes_value(page):
+    for label, names in SPEC[page]["defaults"].items():
+        printed = float(label.rstrip("k%×").replace(",", ""))
+        for name in [names] if isinstance(names, str) else names:
+            got = N.code_default(name)
+            assert isinstance(got, (int, float)) and not isinstance(got, bool), (page, name, got)
+            assert math.isclose(float(got), printed, rel_tol=1e-12), (
+                f"{page} {label!r}: {name} is {got}, the page says {label}"
+            )
+
+
+def test_a_code_default_reads_dataclass_fields_and_constants():
+    from tying.kernels import COMPILE_MIN_ELEMENTS
+    from tying.options.finetune import FinetuneOptions
+
+    assert N.code_default("tying.options.finetune.FinetuneOptions.rank") == FinetuneOptions.rank
+    assert N.code_default("tying.kernels.COMPILE_MIN_ELEMENTS") == COMPILE_MIN_ELEMENTS
+    with pytest.raises(AttributeError):
+        N.code_default("tying.options.finetune.FinetuneOptions.no_such_field")
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_no_stale_entry(page):
-    """Every tied or allowed number still occurs in the page's prose."""
+    """Every tied, default or allowed number still occurs in the page's prose."""
     found = {f.text for f in N.numbers((ROOT / page).read_text())}
     entry = SPEC[page]
-    for label in [*(entry.get("numbers") or {}), *(entry.get("allow") or {})]:
+    for label in [x for k in ("numbers", "defaults", "allow") for x in entry.get(k) or {}]:
         assert label in found, f"{page}: {label!r} is listed but not in the prose"
 
 
