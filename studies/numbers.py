@@ -44,6 +44,8 @@ GENERATED = re.compile(
 )
 _FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.S | re.M)
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
+#: A line that makes a following indented line part of it: a list item or an indented line.
+_LIST_OR_INDENTED = re.compile(r"^(?:\s*(?:[-*+]|\d+[.)])\s|\s{2,}\S)")
 _LINK_TARGET = re.compile(r"\]\([^)]*\)|<https?://[^>]*>|https?://\S+")
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
 #: A number: digits with thousands separators and decimals, an exponent.
@@ -85,15 +87,38 @@ class Found:
 
 
 def prose(markdown: str) -> str:
-    """The page with fenced code, inline code, comments, link targets and generated blocks
-    blanked (replaced by spaces of the same length, so line numbers stay)."""
+    """The page with fenced and indented code, inline code, comments, link targets and
+    generated blocks blanked (replaced by spaces of the same length, so line numbers stay)."""
 
     def blank(m: re.Match[str]) -> str:
         return re.sub(r"[^\n]", " ", m.group(0))
 
+    markdown = _blank_indented_code(markdown)  # before inline code turns a line's start blank
     for pattern in (GENERATED, _FENCE, _COMMENT, _INLINE_CODE, _LINK_TARGET, _DATE_TIME):
         markdown = pattern.sub(blank, markdown)
     return markdown
+
+
+def _blank_indented_code(markdown: str) -> str:
+    """Blank Markdown's indented code blocks: runs of lines indented by 4 or more spaces that
+    follow a blank line after a paragraph that is neither a list item nor indented (an
+    indented line after a list item continues the item)."""
+    lines = markdown.split("\n")
+    out = list(lines)
+    context = ""  # the last non-blank line outside a code block
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        starts = i > 0 and not lines[i - 1].strip() and line.startswith("    ") and line.strip()
+        if starts and not _LIST_OR_INDENTED.match(context):
+            while i < len(lines) and (lines[i].startswith("    ") or not lines[i].strip()):
+                out[i] = " " * len(lines[i])
+                i += 1
+            continue
+        if line.strip():
+            context = line
+        i += 1
+    return "\n".join(out)
 
 
 def numbers(markdown: str) -> list[Found]:

@@ -133,6 +133,25 @@ def test_the_extractor_skips_code_references_names_and_generated_blocks():
     assert [f.line for f in N.numbers(page)] == [2, 4, 11, 11]
 
 
+def test_indented_code_blocks_are_code_but_list_continuations_are_prose():
+    page = "\n".join(
+        [
+            "Measured by",
+            "",
+            "    python bench.py --tokens 1024 --out 77.5",
+            "        --steps 2048",
+            "",
+            "- an item with 12.5",
+            "",
+            "    its second paragraph, 13.5",
+            "`code` at the start of a line, then 14.5",
+            "",
+            "`code` after a blank line is not indented: 15.5",
+        ]
+    )
+    assert [f.text for f in N.numbers(page)] == ["12.5", "13.5", "14.5", "15.5"]
+
+
 def test_exit_statuses_are_allowed_only_as_exit_statuses():
     """0, 1, 2, 130 and 143 right after "exit (status|code)"/"exits (with)" are constants of the
     command line; the same digits elsewhere, or another number after "exit", are counted."""
