@@ -81,14 +81,39 @@ def test_every_default_is_the_codes_value(page):
             )
 
 
-def test_a_code_default_reads_dataclass_fields_and_constants():
-    from tying.kernels import COMPILE_MIN_ELEMENTS
-    from tying.options.finetune import FinetuneOptions
-
-    assert N.code_default("tying.options.finetune.FinetuneOptions.rank") == FinetuneOptions.rank
-    assert N.code_default("tying.kernels.COMPILE_MIN_ELEMENTS") == COMPILE_MIN_ELEMENTS
-    with pytest.raises(AttributeError):
-        N.code_default("tying.options.finetune.FinetuneOptions.no_such_field")
+def test_a_code_default_reads_dataclass_fields_and_constants(tmp_path, monkeypatch):
+    """Read from the source without importing it: fields, field(default=...), constant
+    arithmetic, dict keys; a missing name is an error, not a silent None."""
+    (tmp_path / "pkg_defaults").mkdir()
+    (tmp_path / "pkg_defaults" / "__init__.py").write_text("")
+    (tmp_path / "pkg_defaults" / "mod.py").write_text(
+        "import dataclasses\n"
+        "BLOCK = 6 << 20\n"
+        "TOL: float = -1e-3\n"
+        "PRESETS = {'tiny': {'d_model': 256}}\n"
+        "@dataclasses.dataclass\n"
+        "class Options:\n"
+        "    rank: int = 8\n"
+        "    tokens: int = 65_536\n"
+        "    lr: float = dataclasses.field(default=2e-4)\n"
+        "    names: list = dataclasses.field(default_factory=list)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    got = {
+        n: N.code_default(f"pkg_defaults.mod.{n}")
+        for n in ("BLOCK", "TOL", "PRESETS.tiny.d_model", "Options.rank", "Options.tokens")
+    }
+    assert got == {
+        "BLOCK": 6 * 2**20,
+        "TOL": -0.001,
+        "PRESETS.tiny.d_model": 256,
+        "Options.rank": 8,
+        "Options.tokens": 65536,
+    }
+    assert N.code_default("pkg_defaults.mod.Options.lr") == 2e-4
+    for missing in ("Options.alpha", "NOPE", "PRESETS.mini"):
+        with pytest.raises(LookupError):
+            N.code_default(f"pkg_defaults.mod.{missing}")
 
 
 @pytest.mark.parametrize("page", PAGES)
