@@ -1,7 +1,7 @@
 """Every number in the prose of README.md and docs/*.md, and where it comes from.
 
 tests/docs/test_numbers.py reads `docs/numbers.yaml` and fails on a number of the prose (outside
-fenced code, inline code and generated blocks) that is neither
+fenced and indented code, inline code and generated blocks) that is neither
 
 * in a generated block (`<!-- generated: ... -->` ... `<!-- end generated -->`, or the claims
   table's markers),
@@ -12,8 +12,7 @@ fenced code, inline code and generated blocks) that is neither
   or a list of such names; the test checks each one's value against the printed number),
 * allowed by the short rules below (dates, versions, references to sections, tables, figures,
   rows, seeds and steps, list markers, names such as GPT-2, and the constants of the command
-  line's interface: an exit status 0, 1, 2, 130 or 143 where the text says it is one, an
-  `[Errno N]` of an OS error message), nor
+  line's interface: an exit status 0, 1, 2, 130 or 143 where the text says it is one), nor
 * counted in the page's `untied` budget: a ratchet for the pages not yet tied, which must equal
   the page's count of untied numbers (a new untied number fails the test, and so does tying one
   without lowering the count).
@@ -71,8 +70,6 @@ _EXIT_BEFORE = re.compile(
     r"(?:(?:0|1|2|130|143)\s*(?:\(SIG[A-Z]+\))?\s*(?:[/,]|or|and)\s*)*$",
     re.I,
 )
-#: An OS error number quoted from an error message ("[Errno 22] Invalid argument").
-_ERRNO_BEFORE = re.compile(r"\[Errno\s*$")
 _DATE_TIME = re.compile(
     r"\b\d{4}-\d{2}-\d{2}(?:[ T]\d{1,2}:\d{2}(?::\d{2})?)?|\b\d{1,2}:\d{2}(?::\d{2})?\b"
 )
@@ -145,8 +142,6 @@ def numbers(markdown: str) -> list[Found]:
             continue
         if number in EXIT_STATUSES and _EXIT_BEFORE.search(before):
             continue  # an exit status of the command line: a constant of the interface
-        if _ERRNO_BEFORE.search(before):
-            continue  # an OS error number quoted from its message
         line_start = text.rfind("\n", 0, start) + 1
         if re.fullmatch(r"\s*(?:[-*]\s*)?", text[line_start:start]) and after[:2] in (". ", ") "):
             continue  # a list marker
