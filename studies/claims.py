@@ -34,7 +34,8 @@ column prints what the row's 95 % t-interval rules out.
 
 A value is the number at `path` (keys and list indices joined by "/"), or with `slice: [i, j]`
 the mean of that list's items i..j-1, or with `minus: PATH` / `over: PATH` the difference or
-ratio of two numbers of the same file. `value` is the number as the table prints it, rounded to
+ratio of two numbers of the same file; `times: PATH` multiplies by a third (a ratio of ratios:
+`path: a/b, times: d, over: c` is (a/b)·d/c). `value` is the number as the table prints it, rounded to
 `digits` decimals (`sig` for significant digits, `scale: 100` for percent); tests/docs check it
 against the JSON.
 """
@@ -115,6 +116,7 @@ class Value:
     slice: tuple[int, int] | None = None
     minus: str | None = None
     over: str | None = None
+    times: str | None = None
     scale: float = 1.0
 
     def rounded(self, x: float) -> float:
@@ -179,6 +181,8 @@ def measured(v: Value, root: Path | None = None) -> float:
     x = float(x)
     if v.minus is not None:
         x -= float(lookup(data, v.minus))
+    if v.times is not None:
+        x *= float(lookup(data, v.times))
     if v.over is not None:
         x /= float(lookup(data, v.over))
     return x

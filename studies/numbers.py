@@ -1,14 +1,18 @@
 """Every number in the prose of README.md and docs/*.md, and where it comes from.
 
 tests/docs/test_numbers.py reads `docs/numbers.yaml` and fails on a number of the prose (outside
-fenced code, inline code and generated blocks) that is neither
+fenced and indented code, inline code and generated blocks) that is neither
 
 * in a generated block (`<!-- generated: ... -->` ... `<!-- end generated -->`, or the claims
   table's markers),
 * tied to a JSON key of the repository on its page (`pages.<page>.numbers`: the number as
   printed -> a value spec of `studies.claims`, checked against the JSON),
+* a default of the code (`pages.<page>.defaults`: the number as printed -> the dotted name of
+  a dataclass field or a module constant, e.g. `tying.options.finetune.FinetuneOptions.rank`,
+  or a list of such names; the test checks each one's value against the printed number),
 * allowed by the short rules below (dates, versions, references to sections, tables, figures,
-  rows, seeds and steps, list markers, names such as GPT-2), nor
+  rows, seeds and steps, list markers, names such as GPT-2, and the constants of the command
+  line's interface: an exit status 0, 1, 2, 130 or 143 where the text says it is one), nor
 * counted in the page's `untied` budget: a ratchet for the pages not yet tied, which must equal
   the page's count of untied numbers (a new untied number fails the test, and so does tying one
   without lowering the count).
@@ -22,10 +26,14 @@ entry ties "0.204" wherever it appears on that page.
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import logging
+import operator
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from studies import ROOT
 
@@ -36,6 +44,8 @@ GENERATED = re.compile(
 )
 _FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.S | re.M)
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
+#: A line that makes a following indented line part of it: a list item or an indented line.
+_LIST_OR_INDENTED = re.compile(r"^(?:\s*(?:[-*+]|\d+[.)])\s|\s{2,}\S)")
 _LINK_TARGET = re.compile(r"\]\([^)]*\)|<https?://[^>]*>|https?://\S+")
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
 #: A number: digits with thousands separators and decimals, an exponent.
@@ -48,6 +58,17 @@ _REFERENCE_BEFORE = re.compile(
     r"|\bsteps?|\bblocks?|\blayers?|\bentries|\bparts?|\bEq\.|\bstage|\bPython|\btorch"
     r"|\btransformers|\bTriton|\bpeft|\bCUDA|\blm-eval|\bversion|\barXiv|\bcommit)"
     r"[\s(]*(?:[\d.,]+(?:\s*(?:[–,→/-]|and|to|or)\s*)?)*$"
+)
+#: The exit statuses of the command line (docs/architecture.md, "Errors"): 0 success, 1 a failure
+#: the library explains, 2 bad input, 130 / 143 interrupted by SIGINT / SIGTERM (128 + signal).
+EXIT_STATUSES = frozenset({"0", "1", "2", "130", "143"})
+#: The allow-list's pattern for them: one of EXIT_STATUSES right after "exit", "exits (with)",
+#: "exit status", "exit code" or "exits with status" (with any list of statuses between, each
+#: perhaps followed by its signal: "exits with 130 (SIGINT) or 143 (SIGTERM)").
+_EXIT_BEFORE = re.compile(
+    r"\bexit(?:s|ed)?(?:\s+with)?(?:\s+(?:status(?:es)?|codes?))?\s*"
+    r"(?:(?:0|1|2|130|143)\s*(?:\(SIG[A-Z]+\))?\s*(?:[/,]|or|and)\s*)*$",
+    re.I,
 )
 _DATE_TIME = re.compile(
     r"\b\d{4}-\d{2}-\d{2}(?:[ T]\d{1,2}:\d{2}(?::\d{2})?)?|\b\d{1,2}:\d{2}(?::\d{2})?\b"
@@ -64,15 +85,38 @@ class Found:
 
 
 def prose(markdown: str) -> str:
-    """The page with fenced code, inline code, comments, link targets and generated blocks
-    blanked (replaced by spaces of the same length, so line numbers stay)."""
+    """The page with fenced and indented code, inline code, comments, link targets and
+    generated blocks blanked (replaced by spaces of the same length, so line numbers stay)."""
 
     def blank(m: re.Match[str]) -> str:
         return re.sub(r"[^\n]", " ", m.group(0))
 
+    markdown = _blank_indented_code(markdown)  # before inline code turns a line's start blank
     for pattern in (GENERATED, _FENCE, _COMMENT, _INLINE_CODE, _LINK_TARGET, _DATE_TIME):
         markdown = pattern.sub(blank, markdown)
     return markdown
+
+
+def _blank_indented_code(markdown: str) -> str:
+    """Blank Markdown's indented code blocks: runs of lines indented by 4 or more spaces that
+    follow a blank line after a paragraph that is neither a list item nor indented (an
+    indented line after a list item continues the item)."""
+    lines = markdown.split("\n")
+    out = list(lines)
+    context = ""  # the last non-blank line outside a code block
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        starts = i > 0 and not lines[i - 1].strip() and line.startswith("    ") and line.strip()
+        if starts and not _LIST_OR_INDENTED.match(context):
+            while i < len(lines) and (lines[i].startswith("    ") or not lines[i].strip()):
+                out[i] = " " * len(lines[i])
+                i += 1
+            continue
+        if line.strip():
+            context = line
+        i += 1
+    return "\n".join(out)
 
 
 def numbers(markdown: str) -> list[Found]:
@@ -96,6 +140,8 @@ def numbers(markdown: str) -> list[Found]:
             continue  # the head of a version (3.12.3)
         if _REFERENCE_BEFORE.search(before):
             continue
+        if number in EXIT_STATUSES and _EXIT_BEFORE.search(before):
+            continue  # an exit status of the command line: a constant of the interface
         line_start = text.rfind("\n", 0, start) + 1
         if re.fullmatch(r"\s*(?:[-*]\s*)?", text[line_start:start]) and after[:2] in (". ", ") "):
             continue  # a list marker
@@ -114,9 +160,100 @@ def pages(root: Path) -> list[Path]:
     return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
 
 
+_OPERATORS: dict[type, Any] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+    ast.LShift: operator.lshift,
+}
+
+
+def _constant(node: ast.AST) -> Any:
+    """The value of a constant expression of the source: literals, dicts, lists and
+    arithmetic on them (192 << 20, 2**24, -1e-3)."""
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        return _OPERATORS[type(node.op)](_constant(node.left), _constant(node.right))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_constant(node.operand)
+    if isinstance(node, ast.Dict):
+        return {_constant(k): _constant(v) for k, v in zip(node.keys, node.values, strict=True)}
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_constant(e) for e in node.elts]
+    return ast.literal_eval(node)
+
+
+def _assigned(body: list[ast.stmt], name: str) -> ast.AST | None:
+    """The value node of `name = ...` / `name: T = ...` (a dataclass `field(default=...)`
+    gives its default) or the class `name`, among the statements `body`."""
+    for stmt in body:
+        if isinstance(stmt, ast.ClassDef) and stmt.name == name:
+            return stmt
+        targets = [stmt.target] if isinstance(stmt, ast.AnnAssign) else getattr(stmt, "targets", [])
+        value = getattr(stmt, "value", None)
+        if value is None or not any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            continue
+        if isinstance(value, ast.Call):  # dataclasses.field(default=...)
+            default = next((k.value for k in value.keywords if k.arg == "default"), None)
+            if default is not None:
+                return default
+        return value
+    return None
+
+
+def _module_source(parts: list[str]) -> Path | None:
+    """The .py file of module `parts` (["tying", "options", "probe"]), found from its top
+    package's location without importing the packages between (they may import torch)."""
+    spec = importlib.util.find_spec(parts[0])
+    if spec is None:
+        return None
+    if len(parts) == 1:
+        return Path(spec.origin) if spec.origin and spec.origin.endswith(".py") else None
+    for root in spec.submodule_search_locations or []:
+        base = Path(root).joinpath(*parts[1:])
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def code_default(name: str) -> Any:
+    """The value of a dotted name of the package, read from its source (nothing is imported,
+    so the check costs no torch import): a dataclass field's default
+    ("tying.options.finetune.FinetuneOptions.rank"), a module-level constant
+    ("tying.kernels.COMPILE_MIN_ELEMENTS") or a key of a module's dict
+    ("tying.decoder.presets.PRESETS.tiny.d_model").
+
+    Raises:
+        LookupError: no module, class, field, constant or key of that name.
+    """
+    parts = name.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        source = _module_source(parts[:i])
+        if source is None:
+            continue
+        node: Any = ast.parse(source.read_text())
+        rest = parts[i:]
+        while rest and isinstance(node, (ast.Module, ast.ClassDef)):
+            node = _assigned(node.body, rest.pop(0))
+            if node is None:
+                raise LookupError(f"{name}: no {parts[len(parts) - len(rest) - 1]!r}")
+        value = _constant(node)
+        for key in rest:
+            value = value[key]
+        return value
+    raise LookupError(f"{name}: no module")
+
+
 def untied(root: Path, page: str, entry: dict) -> list[Found]:
-    """The numbers of `page` that are neither tied nor allowed by its `entry` of the YAML."""
-    known = set(entry.get("numbers") or {}) | set(entry.get("allow") or {})
+    """The numbers of `page` that are neither tied, nor a checked default, nor allowed by its
+    `entry` of the YAML."""
+    known = (
+        set(entry.get("numbers") or {})
+        | set(entry.get("defaults") or {})
+        | set(entry.get("allow") or {})
+    )
     return [f for f in numbers((root / page).read_text()) if f.text not in known]
 
 

@@ -6,6 +6,7 @@ where it is absent)."""
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from pathlib import Path
 
@@ -184,6 +185,33 @@ def test_a_changed_json_value_is_caught(tmp_path):
     (tmp_path / v.file).write_text(json.dumps(moved))
     assert not C.value_matches(v, tmp_path)
     assert C.value_matches(v, ROOT)
+
+
+def test_a_ratio_of_ratios_is_path_times_over(tmp_path):
+    """`times` and `over` make (a/b)·d/c from three keys (row 8's per-nat-of-gain ratios)."""
+    import json
+
+    (tmp_path / "r.json").write_text(json.dumps({"a": 5.5, "x": {"d": 0.05}, "c": [0.35]}))
+    v = C.Value(name="g", file="r.json", path="a", times="x/d", over="c/0", value=0.79, digits=2)
+    assert C.measured(v, tmp_path) == 5.5 * 0.05 / 0.35
+    assert C.value_matches(v, tmp_path)
+
+
+def test_row_8_quotes_the_per_nat_of_gain_ratios_of_section_10():
+    """Row 8's §10 ratios per nat of gain are KL ratio / gain ratio of the same adapters."""
+    data = C.load_json("docs/results/updates_report.json", ROOT)["updates"]
+    row = next(c for c in CLAIMS if "side effects of lightweight updates" in c.claim)
+    for name, i in (("g1", 0), ("g2", 1)):
+        comp = data["comparisons"][i]
+        kl = comp["side_effects"]["wikitext-2"]
+        gain = {
+            a["base"]: a["change"][comp["task"]]["delta_ref_loglik_per_token"]
+            for a in data["adapters"]
+            if a["task"] == comp["task"]
+        }
+        want = (kl["treatment_kl_nats"] / gain["pit"]) / (kl["control_kl_nats"] / gain["tt"])
+        assert math.isclose(C.measured(row.values[name], ROOT), want, rel_tol=1e-12)
+        assert f"{row.values[name].text()}×" in row.fill(row.ours)
 
 
 @pytest.mark.parametrize("claim", CLAIMS, ids=[f"{i + 1}" for i in range(len(CLAIMS))])

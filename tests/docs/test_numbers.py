@@ -69,12 +69,59 @@ def test_every_tied_number_is_its_json_value(page):
         )
 
 
+@pytest.mark.parametrize("page", [p for p in PAGES if SPEC.get(p, {}).get("defaults")])
+def test_every_default_is_the_codes_value(page):
+    for label, names in SPEC[page]["defaults"].items():
+        printed = float(label.rstrip("k%×").replace(",", ""))
+        for name in [names] if isinstance(names, str) else names:
+            got = N.code_default(name)
+            assert isinstance(got, (int, float)) and not isinstance(got, bool), (page, name, got)
+            assert math.isclose(float(got), printed, rel_tol=1e-12), (
+                f"{page} {label!r}: {name} is {got}, the page says {label}"
+            )
+
+
+def test_a_code_default_reads_dataclass_fields_and_constants(tmp_path, monkeypatch):
+    """Read from the source without importing it: fields, field(default=...), constant
+    arithmetic, dict keys; a missing name is an error, not a silent None."""
+    (tmp_path / "pkg_defaults").mkdir()
+    (tmp_path / "pkg_defaults" / "__init__.py").write_text("")
+    (tmp_path / "pkg_defaults" / "mod.py").write_text(
+        "import dataclasses\n"
+        "BLOCK = 6 << 20\n"
+        "TOL: float = -1e-3\n"
+        "PRESETS = {'tiny': {'d_model': 256}}\n"
+        "@dataclasses.dataclass\n"
+        "class Options:\n"
+        "    rank: int = 8\n"
+        "    tokens: int = 65_536\n"
+        "    lr: float = dataclasses.field(default=2e-4)\n"
+        "    names: list = dataclasses.field(default_factory=list)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    got = {
+        n: N.code_default(f"pkg_defaults.mod.{n}")
+        for n in ("BLOCK", "TOL", "PRESETS.tiny.d_model", "Options.rank", "Options.tokens")
+    }
+    assert got == {
+        "BLOCK": 6 * 2**20,
+        "TOL": -0.001,
+        "PRESETS.tiny.d_model": 256,
+        "Options.rank": 8,
+        "Options.tokens": 65536,
+    }
+    assert N.code_default("pkg_defaults.mod.Options.lr") == 2e-4
+    for missing in ("Options.alpha", "NOPE", "PRESETS.mini"):
+        with pytest.raises(LookupError):
+            N.code_default(f"pkg_defaults.mod.{missing}")
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_no_stale_entry(page):
-    """Every tied or allowed number still occurs in the page's prose."""
+    """Every tied, default or allowed number still occurs in the page's prose."""
     found = {f.text for f in N.numbers((ROOT / page).read_text())}
     entry = SPEC[page]
-    for label in [*(entry.get("numbers") or {}), *(entry.get("allow") or {})]:
+    for label in [x for k in ("numbers", "defaults", "allow") for x in entry.get(k) or {}]:
         assert label in found, f"{page}: {label!r} is listed but not in the prose"
 
 
@@ -109,6 +156,39 @@ def test_the_extractor_skips_code_references_names_and_generated_blocks():
     )
     assert [f.text for f in N.numbers(page)] == ["12.5", "362k", "0.25", "3.5"]
     assert [f.line for f in N.numbers(page)] == [2, 4, 11, 11]
+
+
+def test_indented_code_blocks_are_code_but_list_continuations_are_prose():
+    page = "\n".join(
+        [
+            "Measured by",
+            "",
+            "    python bench.py --tokens 1024 --out 77.5",
+            "        --steps 2048",
+            "",
+            "- an item with 12.5",
+            "",
+            "    its second paragraph, 13.5",
+            "`code` at the start of a line, then 14.5",
+            "",
+            "`code` after a blank line is not indented: 15.5",
+        ]
+    )
+    assert [f.text for f in N.numbers(page)] == ["12.5", "13.5", "14.5", "15.5"]
+
+
+def test_exit_statuses_are_allowed_only_as_exit_statuses():
+    """0, 1, 2, 130 and 143 right after "exit (status|code)"/"exits (with)" are constants of the
+    command line; the same digits elsewhere, or another number after "exit", are counted."""
+    page = "\n".join(
+        [
+            "exits with status 2; exit status 130/143; SIGTERM exits 143; (exit 2);",
+            "and exits",
+            "with 130 (SIGINT) or 143 (SIGTERM).",
+            "Counted: exit status 3, exits after 2 steps, 130 steps, status 2.5, 143 s.",
+        ]
+    )
+    assert [f.text for f in N.numbers(page)] == ["3", "2", "130", "2.5", "143"]
 
 
 def test_the_claims_table_is_a_generated_block():
