@@ -87,7 +87,7 @@ def test_a_key_typo_is_named_by_its_key_path(tmp_path: Path) -> None:
 
 def test_contradictory_settings_are_named() -> None:
     assert contradictions(TrainConfig(max_steps=200)) == []
-    warmup, evaluation = contradictions(
+    warmup, evaluation, checkpoints = contradictions(
         TrainConfig(max_steps=5, warmup_steps=10, eval_every=100, lr=1e-3)
     )
     assert warmup == (
@@ -95,6 +95,15 @@ def test_contradictory_settings_are_named() -> None:
         "0.0005)"
     )
     assert evaluation == "eval_every=100 > max_steps=5: validation runs only at the end"
+    assert checkpoints == "checkpoint_every=100 > max_steps=5: the only checkpoint is the final one"
+    # equal is not longer; 0 is off
+    assert contradictions(TrainConfig(max_steps=5, warmup_steps=5, eval_every=5)) == [
+        "checkpoint_every=100 > max_steps=5: the only checkpoint is the final one"
+    ]
+    assert (
+        contradictions(TrainConfig(max_steps=5, warmup_steps=0, eval_every=0, checkpoint_every=0))
+        == []
+    )
 
 
 def test_the_train_verb_warns_about_contradictions(
@@ -106,9 +115,14 @@ def test_the_train_verb_warns_about_contradictions(
     from tying.cli import main
 
     seen = []
+    summary = dict(run_dir=str(tmp_path / "run"), steps=5, tokens=640, final_loss=5.0)
+    summary.update(val_loss=None, elapsed_s=1.0)
     monkeypatch.setattr(
-        tying.train, "train", lambda cfg: seen.append(cfg) or types.SimpleNamespace(summary=dict)
+        tying.train,
+        "train",
+        lambda cfg: seen.append(cfg) or types.SimpleNamespace(summary=lambda: summary),
     )
+    (tmp_path / "run").mkdir()
     out = str(tmp_path / "run")
     assert main(["train", "max_steps=5", "--out", out, "warmup_steps=10"]) == 0
     assert [(c.max_steps, c.warmup_steps, c.out) for c in seen] == [(5, 10, out)]
@@ -117,6 +131,40 @@ def test_the_train_verb_warns_about_contradictions(
         "tying train: warning: warmup_steps=10 > max_steps=5: the learning rate never reaches "
         "lr=0.002 (it ends at 0.001)",
         "tying train: warning: eval_every=100 > max_steps=5: validation runs only at the end",
+        "tying train: warning: checkpoint_every=100 > max_steps=5: the only checkpoint is the "
+        "final one",
+    ]
+
+
+def test_the_finetune_verb_warns_about_contradictions_with_the_same_check(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`tying finetune` has a step schedule too: the same sentences as `tying train`, on its
+    own prefix, before anything loads; without max_steps (the length follows the data) there
+    is nothing to check."""
+    import types
+
+    import tying.update
+    from tying.cli import main
+    from tying.options.finetune import FinetuneOptions
+
+    assert contradictions(FinetuneOptions("m", max_steps=None, warmup_steps=99)) == []
+    out = tmp_path / "adapter"
+
+    def fake(options):
+        out.mkdir()
+        (out / "finetune.json").write_text("{}")
+        return types.SimpleNamespace(out=out, steps=3, final_loss=1.0, seconds_per_step=None)
+
+    monkeypatch.setattr(tying.update, "finetune", fake)
+    argv = ["finetune", "m", "--out", str(out), "--max-steps", "3", "--warmup-steps", "10"]
+    assert main([*argv, "--lr", "1e-3", "--checkpoint-every", "2"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "tying finetune: warning: warmup_steps=10 > max_steps=3: the learning rate never "
+        "reaches lr=0.001 (it ends at 0.0003)"
+    ]
+    assert contradictions(FinetuneOptions("m", max_steps=3)) == [
+        "checkpoint_every=50 > max_steps=3: the only checkpoint is the final one"
     ]
 
 

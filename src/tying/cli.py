@@ -12,7 +12,8 @@ One log for every verb: the library logs through `logging` (a logger per module,
 ...` for warnings), at INFO for tying and WARNING for other libraries; `-q` / `--quiet` shows
 tying's warnings only, `-v` / `--verbose` its debug lines too (`-vv`: every library's). The
 flags go before or after the verb (`tying -q train ...`, `tying train ... -q`). A verb prints
-its own results (JSON, "wrote ..." lines) to stdout; progress bars stay on stderr.
+a short human summary of its result to stdout, or its JSON with `--json`, and writes the JSON
+into its output folder (`tying.commands.report`); progress bars stay on stderr.
 
 One error path for every verb (`main`): bad input (`USER_ERRORS`: a `tying.errors.UserError`,
 which includes `tying.config.ConfigError`, `tying.interface.loss.TokenIdError` and a missing,
@@ -133,6 +134,8 @@ def top_help() -> str:
         *(f"  {verb:<{width}}  {help_text}" for verb, (_, help_text) in VERBS.items()),
         "",
         "`tying VERB --help` lists every option of a verb with its default and unit.",
+        "Every verb prints a short summary and writes its JSON into its output folder; --json",
+        "prints the JSON on stdout instead.",
         "Every verb takes --debug (or TYING_DEBUG=1) to show a traceback on error, -q (warnings",
         "only) and -v (debug lines; -vv: every library's too), before or after the verb.",
     ]
@@ -147,6 +150,9 @@ def build_parser(verb: str) -> argparse.ArgumentParser:
         prog=f"tying {verb}", description=help_text[0].upper() + help_text[1:] + "."
     )
     module.add_arguments(parser)
+    from tying.commands import JSON_HELP
+
+    parser.add_argument("--json", action="store_true", help=JSON_HELP)
     parser.add_argument(
         "--debug", action="store_true", help="show the full traceback when something fails"
     )

@@ -41,11 +41,13 @@ def test_convert_then_export_cli(tiny, tmp_path: Path, capsys: pytest.CaptureFix
                 "--pit.trainable-z",
                 "--out",
                 str(tmp_path / "pit"),
+                "--json",
             ],
         )
         == 0
     )
     printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads((tmp_path / "pit" / "convert.json").read_text())
     report = printed["report"]
     # AutoTokenizer picks the family's tokenizer class, which may add its own special tokens
     n_tokens = len(AutoTokenizer.from_pretrained(tmp_path / "teacher"))
@@ -54,8 +56,11 @@ def test_convert_then_export_cli(tiny, tmp_path: Path, capsys: pytest.CaptureFix
     assert report["centre"] and report["input_scale"] == 1.0 and report["step0"] is None
     assert report["tokenizer_vocab"] == n_tokens and report["padded_rows"] == tiny.VOCAB - n_tokens
 
-    assert _run(export_cmd, [str(tmp_path / "pit"), "--out", str(tmp_path / "plain")]) == 0
+    assert (
+        _run(export_cmd, [str(tmp_path / "pit"), "--out", str(tmp_path / "plain"), "--json"]) == 0
+    )
     printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads((tmp_path / "plain" / "export.json").read_text())
     assert (
         printed["tie"] == "pit" and printed["tie_word_embeddings"] is False and printed["tokenizer"]
     )
@@ -83,10 +88,12 @@ def test_convert_cli_fits_and_prints_the_step0_kl(
     argv += ["--pit.fit.tokens", "512"]
     assert _run(convert_cmd, [*argv, "--step0-tokens", "512", "--out", str(tmp_path / "o")]) == 0
     captured = capsys.readouterr()
-    report = json.loads(captured.out)["report"]
+    report = json.loads((tmp_path / "o" / "convert.json").read_text())["report"]
     assert report["t_init"] == "fit" and report["fit"]["tokens"] == 512
     assert report["scale_search"] and report["step0"]["tokens"] == 512
-    assert f"KL(teacher ‖ converted) = {report['step0']['kl']:.3f}" in captured.err
+    # the summary (not JSON) names the step-0 KL and the folder
+    assert f"KL(teacher ‖ converted) = {report['step0']['kl']:.3f}" in captured.out
+    assert str(tmp_path / "o") in captured.out and not captured.out.lstrip().startswith("{")
     bad = [*argv, "--pit.input-scale", "huge", "--out", str(tmp_path / "x")]
     assert _run(convert_cmd, bad) == 2
     assert "input_scale" in capsys.readouterr().err

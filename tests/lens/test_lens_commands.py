@@ -117,14 +117,17 @@ def test_plot_verb(tmp_path, capsys) -> None:
     _fake_run(tmp_path / "b", shares[::-1])
     out = tmp_path / "share.png"
     argv = [tmp_path / "a", tmp_path / "b", "--metric", "grad_out_share", "--rolling", 20]
-    assert _run(plot_cmd, [*argv, "--out", out, "--json", tmp_path / "share.json"]) == 0
+    assert _run(plot_cmd, [*argv, "--out", out]) == 0
     assert out.read_bytes()[:8] == PNG
-    series = json.loads((tmp_path / "share.json").read_text())
+    series = json.loads((tmp_path / "share.json").read_text())  # beside the PNG
     assert [len(r["values"]) for r in series["runs"]] == [40, 40]
     assert series["runs"][0]["values"] == pytest.approx(shares)
     assert series["runs"][1]["rolling_mean"][-1] == pytest.approx(sum(shares[::-1][-20:]) / 20)
     printed = capsys.readouterr().out
     assert f"mean {sum(shares) / len(shares):.4g}" in printed
+    assert f"wrote {out} and {tmp_path / 'share.json'}" in printed
+    assert _run(plot_cmd, [*argv, "--out", out, "--json"]) == 0  # the same file, on stdout
+    assert json.loads(capsys.readouterr().out) == series
     assert _run(plot_cmd, [tmp_path / "a", "--metric", "loss", "--max-step", 10]) == 0
     assert (tmp_path / "a" / "plot-loss.png").read_bytes()[:8] == PNG
     assert _run(plot_cmd, [tmp_path / "a", "--metric", "loss", "--ylim", 4, 5]) == 0

@@ -120,7 +120,7 @@ def test_eval_json_holds_no_nan(finished_run, monkeypatch, capsys) -> None:
         return {"loss": float("nan"), "ppl": float("nan"), "tokens": 5}
 
     monkeypatch.setattr(text_loss, "evaluate", nan_loss)
-    assert main(["eval", str(finished_run), "--max-tokens", "64"]) == 0
+    assert main(["eval", str(finished_run), "--max-tokens", "64", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)  # strict JSON: no NaN token
     assert result["loss"] is None and result["ppl"] is None and result["finite"] is False
 
@@ -135,7 +135,7 @@ def test_tokenized_folder_is_a_data_source(small_corpus, tmp_path, capsys) -> No
     out = tmp_path / "from-shards"
     assert main(_train_args(small_corpus, out, data=shards, max_steps=2)) == 0
     capsys.readouterr()
-    assert main(["eval", str(out), "--data", str(shards), "--max-tokens", "64"]) == 0
+    assert main(["eval", str(out), "--data", str(shards), "--max-tokens", "64", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["tokens"] > 0
     # shards of another tokenizer are refused with what to do
     assert main(["eval", str(out), "--data", str(shards), "--tokenizer", "gpt2"]) == 2
@@ -150,7 +150,7 @@ def test_tokenized_folder_is_a_data_source(small_corpus, tmp_path, capsys) -> No
 
 def test_eval_takes_any_model_spec(tiny_teacher, small_corpus, capsys) -> None:
     args = ["eval", str(tiny_teacher), "--data", str(small_corpus["val"]), "--max-tokens", "64"]
-    assert main([*args, "--seq-len", "32", "--precision", "fp32"]) == 0
+    assert main([*args, "--seq-len", "32", "--precision", "fp32", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     # a random tied Llama of V = 512 is close to uniform: loss near ln 512 = 6.24 nats/token
     assert result["finite"] and abs(result["loss"] - torch.log(torch.tensor(512.0)).item()) < 0.5

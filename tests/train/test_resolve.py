@@ -66,7 +66,7 @@ def test_convert_converts_a_training_run(tt_run, tmp_path, capsys) -> None:
     argv = ["convert", str(tt_run), "--tie", "pit", "--pit.t-init", "input"]
     argv += ["--pit.input-scale", "1"]
     argv += ["--step0-tokens", "0"]  # the closed form needs no text (the step-0 KL: elsewhere)
-    assert main([*argv, "--out", str(out)]) == 0
+    assert main([*argv, "--out", str(out), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)["report"]
     assert report["tie"] == "pit" and report["family"] == "interface-model"
     assert report["t_init"] == "input" and report["input_scale"] == 1.0

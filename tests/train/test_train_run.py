@@ -226,6 +226,7 @@ def test_eval_command_prints_json(small_corpus, tmp_path) -> None:
             "1024",
             "--precision",
             "fp32",  # as the run validated (auto is bf16 on a CPU with native bf16)
+            "--json",
         ],
         capture_output=True,
         text=True,

@@ -1,10 +1,13 @@
-"""`tying convert SPEC OUT --tie pit|tt|untied`: convert a Hugging Face causal LM and save it."""
+"""`tying convert SPEC --out DIR --tie pit|tt|untied`: convert a Hugging Face causal LM and save
+it; DIR/convert.json holds the conversion report (`--json` prints it)."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
+from pathlib import Path
+
+#: The conversion result ({"out", "report"}), written into the output folder.
+RESULT_FILE = "convert.json"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,6 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tying.commands import report
     from tying.config_flags import config_from_args
     from tying.options.convert import ConvertOptions
 
@@ -22,13 +26,17 @@ def run(args: argparse.Namespace) -> int:
     from tying.teacher.conversion import convert_to_folder
 
     result = convert_to_folder(options)
-    step0 = result["report"].get("step0")
+    r = result["report"]
+    lines = [
+        f"converted {options.spec} ({r['family']}, V={r['vocab_rows']:,}, d={r['d_model']}) to "
+        f"a {r['tie']} interface in {result['out']}"
+    ]
+    step0 = r.get("step0")
     if step0:
-        print(
+        lines.append(
             f"step 0: KL(teacher ‖ converted) = {step0['kl']:.3f} nats/token, loss "
             f"{step0['loss']:.3f} (teacher {step0['teacher_loss']:.3f}) on {step0['tokens']} "
-            "held-out tokens",
-            file=sys.stderr,
+            "held-out tokens"
         )
-    print(json.dumps(result, indent=2))
+    report(args, lines, result, Path(result["out"]) / RESULT_FILE)
     return 0

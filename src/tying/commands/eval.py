@@ -1,9 +1,9 @@
-"""`tying eval SPEC [--data PATH]`: loss, perplexity and tokens of any model on a text, as JSON."""
+"""`tying eval SPEC [--data PATH] [--json]`: loss, perplexity and tokens of any model on a text
+(no file written: `--json` prints the result as JSON)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,11 +14,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tying.commands import report
     from tying.config_flags import config_from_args
     from tying.options.eval import EvalOptions
 
     options = config_from_args(EvalOptions, args)  # checked before torch loads
     from tying.evaluation.text_loss import evaluate_text
 
-    print(json.dumps(evaluate_text(options), indent=2))
+    result = evaluate_text(options)
+    figures = (
+        f"loss {result['loss']:.4f} nats/token, perplexity {result['ppl']:.2f}"
+        if result["finite"]
+        else "loss not finite"
+    )
+    where = result["checkpoint"] or result["spec"]
+    lines = [
+        f"{where}: {figures} over {result['tokens']:,} tokens of {result['data']} "
+        f"({result['precision']})"
+    ]
+    report(args, lines, result)
     return 0

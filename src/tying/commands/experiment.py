@@ -1,7 +1,7 @@
 """`tying experiment CONFIG.yaml [key=value ...]`: a grid of runs, then one report.
 
 Runs every cell (finished ones skipped, killed ones resumed), probes and lenses them, and
-writes OUT/report.json, report.md and report.html. Overrides: `key=value` for top-level keys
+writes OUT/report.json (`--json` prints it), report.md and report.html. Overrides: `key=value` for top-level keys
 (`seeds=[0,1]`), `section.key=value` inside sections (`train.max_steps=50`,
 `lens.kind=tuned`); flags likewise (`--seeds 0 1`, `--train.max_steps 50` is not a flag:
 `train`, `scratch`, `teacher` and `variants` are free-form TrainConfig mappings).
@@ -43,6 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tying.commands import report
     from tying.config_flags import config_from_args, split_config_items
     from tying.errors import InvalidInputError
     from tying.options.experiment import ExperimentConfig
@@ -56,15 +57,26 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError("--shard needs --updates-only")
     from tying.experiment import run_experiment, run_grid, run_updates_only
 
-    if args.train_only:
-        run_grid(cfg, progress=not args.no_progress)
+    if args.train_only:  # no file of its own: each run folder holds its results
+        outcomes = run_grid(cfg, progress=not args.no_progress)
+        runs = [
+            {"name": o.spec.name, "run_dir": str(o.run_dir), "state": o.state, **o.result}
+            for o in outcomes
+        ]
+        lines = [f"{r['name']}: {r['state']} -> {r['run_dir']}" for r in runs]
+        report(args, [*lines, f"trained the grid of {len(runs)} run(s)"], {"runs": runs})
         return 0
     if args.updates_only:
         written = run_updates_only(cfg, progress=not args.no_progress, shard=shard)
-        print(f"wrote {written}" if written else f"update stage shard {args.shard} done")
+        if written:
+            report(args, [f"wrote {written}"], None, written)
+        else:  # one shard of the stage: the last call (no --shard) writes updates.json
+            done = f"update stage shard {args.shard} done"
+            report(args, [done], {"shard": args.shard, "updates_json": None})
         return 0
     result = run_experiment(cfg, progress=not args.no_progress)
-    print(f"wrote {result.json_path}, {result.markdown_path} and {result.html_path}")
+    line = f"wrote {result.json_path}, {result.markdown_path} and {result.html_path}"
+    report(args, [line], None, result.json_path)
     return 0
 
 

@@ -1,22 +1,18 @@
-"""`tying info`: versions and what this installation can do."""
+"""`tying info [--json]`: versions and what this installation can do (no file written)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    """No options of its own (`--json` is every verb's)."""
 
 
 def run(args: argparse.Namespace) -> int:
+    from tying.commands import report
     from tying.info import environment_info
 
     info = environment_info()
-    if args.json:
-        print(json.dumps(info, indent=2))
-    else:
-        for key, value in info.items():
-            print(f"{key:>15}: {value}")
+    report(args, [f"{key:>15}: {value}" for key, value in info.items()], info)
     return 0

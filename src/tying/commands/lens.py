@@ -1,4 +1,5 @@
-"""`tying lens SPEC [SPEC ...] --kind logit|tuned|both --out DIR`: KL(final ‖ lens) per layer."""
+"""`tying lens SPEC [SPEC ...] --kind logit|tuned|both --out DIR`: KL(final ‖ lens) per layer, in
+DIR/lens.json (`--json` prints it) and DIR/lens.png."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tying.commands import report
     from tying.config_flags import config_from_args
     from tying.options.lens import LensOptions
 
@@ -20,5 +22,6 @@ def run(args: argparse.Namespace) -> int:
     from tying.lens.pipeline import run_lens
 
     result = run_lens(options)
-    print(f"wrote {result.json_path} and {result.plot_path} ({result.device}, {result.precision})")
+    line = f"wrote {result.json_path} and {result.plot_path} ({result.device}, {result.precision})"
+    report(args, [line], None, result.json_path)
     return 0

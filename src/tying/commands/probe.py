@@ -1,6 +1,7 @@
 """`tying probe SPEC [--against SPEC2] [--corpus PATH] --out DIR`: every view of a token interface.
 
-Writes DIR/probe.json (the numbers; layout in docs/metrics.md, "probe.json"), DIR/probe.md and
+Writes DIR/probe.json (the numbers; layout in docs/metrics.md, "probe.json"; `--json` prints
+it), DIR/probe.md and
 DIR/probe.html (tables with units, plots) and PNG plots. Stage timings go to stderr (the log;
 `tying -q probe ...` hides them). Exit
 status: 0; 1 when a block failed (its {"error": ...} is in probe.json); 2 for bad arguments or
@@ -27,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tying.commands import report
     from tying.config_flags import config_from_args
     from tying.errors import InvalidInputError
     from tying.options.probe import ProbeOptions
@@ -42,11 +44,11 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     result = run_probe(options)
     timings = result.report["timings_s"]
-    print(
+    line = (
         f"wrote {result.json_path}, {result.markdown_path}, {result.html_path} and "
-        f"{len(result.plots)} plot(s) "
-        f"in {timings['total']:.1f} s"
+        f"{len(result.plots)} plot(s) in {timings['total']:.1f} s"
     )
+    report(args, [line], None, result.json_path)
     if result.errors:
         print(
             f"tying probe: {len(result.errors)} block(s) failed: {', '.join(result.errors)} "

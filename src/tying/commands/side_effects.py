@@ -1,6 +1,6 @@
 """`tying side-effects BASE UPDATED --out DIR [--adapter DIR] [--tasks ...]`: what an update
 changed besides its target (KL, loss, top-1 agreement, logit-lens profile, interface metrics,
-cross-task change); DIR/side_effects.json."""
+cross-task change); DIR/side_effects.json (`--json` prints it)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tying.commands import report
     from tying.config_flags import config_from_args
     from tying.options.side_effects import SideEffectsOptions
 
@@ -22,5 +23,5 @@ def run(args: argparse.Namespace) -> int:
     from tying.evaluation.side_effects import run_side_effects
 
     result = run_side_effects(options)
-    print(f"wrote {result.json_path}")
+    report(args, [f"wrote {result.json_path}"], None, result.json_path)
     return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -11,10 +10,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tying.options.tokenize import TokenizeOptions
 
     add_config_arguments(parser, TokenizeOptions)
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
+    from tying.commands import report
     from tying.config_flags import config_from_args
     from tying.options.tokenize import TokenizeOptions
 
@@ -22,9 +21,11 @@ def run(args: argparse.Namespace) -> int:
     from tying.data.tokenize_corpus import tokenize_corpus
 
     summary = tokenize_corpus(options)
-    if args.json:
-        print(json.dumps(summary, indent=2))
-    else:
-        for key, value in summary.items():
-            print(f"{key:>11}: {value}")
+    s = summary
+    lines = [
+        f"tokenized {s['documents']:,} documents: {s['tokens']:,} tokens in {s['shards']} "
+        f"shard(s) ({s['dtype']}, tokenizer {s['tokenizer']}, vocabulary {s['vocab_size']:,})",
+        f"shards: {s['folder']} (manifest.json describes them)",
+    ]
+    report(args, lines, summary)
     return 0

@@ -2,7 +2,8 @@
 
 For the traced token at every entry (emb, 1..L): the top-k tokens by cosine of the residual
 state to the rows of E (input side) and by the logit lens (output side), and whether they
-agree (PIT paper §3.1, Figure 2). Prints a table; writes trace.json and trace.png.
+agree (PIT paper §3.1, Figure 2). Prints a table; writes trace.json (`--json` prints it) and
+trace.png.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tying.commands import report
     from tying.config_flags import config_from_args
     from tying.options.lens import TraceOptions
 
@@ -25,6 +27,10 @@ def run(args: argparse.Namespace) -> int:
     from tying.lens.pipeline import run_trace
 
     result = run_trace(options)
-    print(result.table)
-    print(f"wrote {result.json_path} and {result.plot_path}")
+    report(
+        args,
+        [result.table, f"wrote {result.json_path} and {result.plot_path}"],
+        None,
+        result.json_path,
+    )
     return 0

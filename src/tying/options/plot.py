@@ -19,7 +19,9 @@ class PlotOptions:
         max_step: plot only rows with step <= this (null = all).
         out: PNG to write (null = <first run>/plot-<metric>.png).
         ylim: y-axis range [LOW, HIGH] (null = automatic).
-        json: also write the plotted series (steps, values, rolling mean per run) to this file.
+        json: file of the plotted series (steps, values, rolling mean per run); null = beside
+            the PNG, with its name and .json (the CLI always uses that: its `--json` prints
+            the file instead of the summary).
     """
 
     runs: list[str] = positional()

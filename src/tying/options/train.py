@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from tying.config import ConfigError, renamed, tie_field
 from tying.options.common import Precision
+from tying.options.common import contradictions as contradictions  # one check, re-exported
 from tying.options.interface import (
     INTERFACE_SECTIONS,
     PitOptions,
@@ -222,21 +223,3 @@ class TrainConfig:
                 f"{world_size} = {per_pass}; change one of them"
             )
         return self.global_batch_tokens // per_pass
-
-
-def contradictions(cfg: TrainConfig) -> list[str]:
-    """Settings of `cfg` that are valid but cannot all take effect (one sentence each), for
-    the CLI to warn about: a warm-up or an evaluation interval longer than the run."""
-    out = []
-    if cfg.warmup_steps > cfg.max_steps:
-        out.append(
-            f"warmup_steps={cfg.warmup_steps} > max_steps={cfg.max_steps}: the learning rate "
-            f"never reaches lr={cfg.lr:g} (it ends at "
-            f"{cfg.lr * cfg.max_steps / cfg.warmup_steps:.3g})"
-        )
-    if cfg.eval_every > cfg.max_steps:
-        out.append(
-            f"eval_every={cfg.eval_every} > max_steps={cfg.max_steps}: validation runs only at "
-            "the end"
-        )
-    return out

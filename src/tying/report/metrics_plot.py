@@ -50,7 +50,7 @@ class PlotResult:
     """What `plot_metrics` wrote, and the series it plotted."""
 
     png: Path
-    json_path: Path | None
+    json_path: Path
     series: list[Series]
 
 
@@ -113,18 +113,17 @@ def plot_metrics(options: PlotOptions) -> PlotResult:
     out = Path(options.out) if options.out else Path(options.runs[0]) / f"plot-{options.metric}.png"
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
-    json_path = None
-    if options.json:
-        data = {
-            "metric": options.metric,
-            "unit": metric_label(options.metric),
-            "rolling": options.rolling,
-            "runs": [
-                {"run": str(s.run), "steps": s.steps, "values": s.values, "rolling_mean": s.smooth}
-                for s in series
-            ],
-        }
-        json_path = Path(options.json)
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(data, indent=1) + "\n")
+    # the plotted series, beside the PNG (same name, .json) unless `options.json` names a file
+    data = {
+        "metric": options.metric,
+        "unit": metric_label(options.metric),
+        "rolling": options.rolling,
+        "runs": [
+            {"run": str(s.run), "steps": s.steps, "values": s.values, "rolling_mean": s.smooth}
+            for s in series
+        ],
+    }
+    json_path = Path(options.json) if options.json else out.with_suffix(".json")
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(data, indent=1) + "\n")
     return PlotResult(out, json_path, series)

@@ -330,6 +330,8 @@ def add_tokens(
             f"{check['loss_after']:.4f} over {check['tokens']} tokens"
         )
     record = {
+        "out": str(out),
+        "ids": ids,
         "spec": options.spec,
         "options": dataclasses.asdict(options),
         "tokens": [{"text": t, "id": ids[t], "sources": len(s)} for t, s in zip(tokens, sources)],
