@@ -156,6 +156,8 @@ def _check_folder(out: Path, old_tokenizer, loader) -> None:
 
     record = json.loads((out / "add_tokens.json").read_text())
     V = record["vocab_size"]["before"]
+    assert record["out"] == str(out)  # the keys `tying add-tokens` printed in 0.1: out, ids
+    assert record["ids"] == {text: V + i for i, text in enumerate(NEW)}
     fast = AutoTokenizer.from_pretrained(out)
     plain = load_tokenizer(str(out))
     for i, text in enumerate(NEW):
