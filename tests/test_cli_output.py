@@ -263,3 +263,15 @@ def test_the_json_file_a_verb_writes_holds_the_old_keys(tmp_path, monkeypatch, c
         assert set(printed) == (
             {"out", "report"} if verb == "convert" else {"out", "tie", "tie_word_embeddings", "tokenizer"}
         )  # fmt: skip
+
+
+def test_top_help_tells_eval_and_evaluate_apart() -> None:
+    """`tying --help` alone says which verb is the loss on a text and which the benchmark
+    tasks (issue 38 item 5), each pointing to the other."""
+    from tying.cli import top_help
+
+    lines = {line.split()[0]: line for line in top_help().splitlines() if line.startswith("  ")}
+    assert lines["eval"].split(None, 1)[1].startswith("loss on a text: loss and perplexity")
+    assert lines["evaluate"].split(None, 1)[1].startswith("benchmark tasks: GSM8K")
+    assert "(benchmark tasks: evaluate)" in lines["eval"]
+    assert "(loss on a text: eval)" in lines["evaluate"]
