@@ -162,7 +162,16 @@ def _cases(tmp_path: Path) -> list[tuple[str, list[str], str, str, Callable[...,
         return {"tasks": {"gsm8k": task}}
 
     def side_effects(options):
-        return ns(json_path=_write(Path(options.out) / "side_effects.json", RECORD))
+        text = {"kl_nats": 0.012, "delta_loss": -0.5, "top1_agreement": 0.9, "tokens": 256}
+        report = {**RECORD, "texts": {"wikitext-2": text}}
+        return ns(report=report, json_path=_write(Path(options.out) / "side_effects.json", report))
+
+    def train_grid(cfg, progress=True):
+        spec = ns(name="tt-s0")
+        return [ns(spec=spec, run_dir=out / "tt-s0", state="new", result={"steps": 2})]
+
+    def demo(cfg, progress=True):
+        return ns(json_path=_write(Path(cfg.out) / "report.json", RECORD))
 
     def finetune(options):
         _write(Path(options.out) / "finetune.json", RECORD)
@@ -212,11 +221,13 @@ def _cases(tmp_path: Path) -> list[tuple[str, list[str], str, str, Callable[...,
         ("convert", [str(spec), "--tie", "pit"], "tying.teacher.conversion", "convert_to_folder", convert, out / "convert.json"),
         ("export", [str(spec)], "tying.teacher.conversion", "export_to_folder", export, out / "export.json"),
         ("experiment", ["configs/experiments/updates.yaml", "--updates-only"], "tying.experiment", "run_updates_only", updates_only, out / "updates.json"),
+        ("experiment-train-only", ["configs/experiments/cpu.yaml", "--train-only"], "tying.experiment", "run_grid", train_grid, None),
+        ("demo", [], "tying.experiment.demo", "run_demo", demo, out / "report.json"),
     ]  # fmt: skip
 
 
 CASES = ["train", "eval", "lens", "trace", "probe", "evaluate", "side-effects", "finetune", "add-tokens",
-         "convert", "export", "experiment"]  # fmt: skip
+         "convert", "export", "experiment", "experiment-train-only", "demo"]  # fmt: skip
 
 
 @pytest.mark.parametrize("verb", CASES)
@@ -229,12 +240,18 @@ def test_a_verb_prints_a_summary_or_exactly_its_json(
     monkeypatch.chdir(Path(__file__).resolve().parents[1])  # configs/ of the repository
     (name, argv, module, function, fake, path) = next(c for c in _cases(tmp_path) if c[0] == verb)
     monkeypatch.setattr(importlib.import_module(module), function, fake)
-    if path is None:  # no output folder: the JSON only on stdout, with --json
+    name = name.split("-train-only")[0]
+    if name == "demo":  # its table reads a real report
+        monkeypatch.setattr(importlib.import_module(module), "demo_summary", lambda r: "a table")
+    if path is None:  # no file of its own: the JSON only on stdout, with --json
+        if name == "experiment":
+            argv = [*argv, "--out", str(tmp_path / "out")]
         assert main([name, *argv]) == 0
         human = capsys.readouterr().out
         assert not _is_json(human) and human.strip()
         assert main([name, *argv, "--json"]) == 0
-        assert json.loads(capsys.readouterr().out)["answer"] == 42
+        printed = json.loads(capsys.readouterr().out)
+        assert printed.get("answer") == 42 or printed["runs"][0]["name"] == "tt-s0"
         assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "new.txt"]  # none written
         return
     argv = [name, *argv, "--out", str(path.parent)]
