@@ -150,9 +150,12 @@ def build_parser(verb: str) -> argparse.ArgumentParser:
         prog=f"tying {verb}", description=help_text[0].upper() + help_text[1:] + "."
     )
     module.add_arguments(parser)
-    from tying.commands import JSON_HELP
-
-    parser.add_argument("--json", action="store_true", help=JSON_HELP)
+    parser.add_argument(  # read by `tying.commands.report`, which every verb calls
+        "--json",
+        action="store_true",
+        help="print the result as JSON on stdout instead of the summary (nothing else on "
+        "stdout; logs stay on stderr)",
+    )
     parser.add_argument(
         "--debug", action="store_true", help="show the full traceback when something fails"
     )

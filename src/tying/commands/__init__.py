@@ -25,12 +25,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-#: Help of the `--json` flag every verb has.
-JSON_HELP = (
-    "print the result as JSON on stdout instead of the summary (nothing else on stdout; "
-    "logs stay on stderr)"
-)
-
 
 def report(
     args: argparse.Namespace,
