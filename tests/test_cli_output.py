@@ -203,7 +203,7 @@ def _cases(tmp_path: Path) -> list[tuple[str, list[str], str, str, Callable[...,
         return {**RECORD, "spec": options.spec, "checkpoint": None, "data": "t.txt", "loss": 1.0,
                 "ppl": 2.72, "tokens": 64, "finite": True, "precision": "fp32"}  # fmt: skip
 
-    def updates_only(cfg, progress=True):
+    def updates_only(cfg, progress=True, shard=None):
         return _write(out / "updates.json", RECORD)
 
     tokens = tmp_path / "new.txt"
