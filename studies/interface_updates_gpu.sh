@@ -57,6 +57,7 @@ fi
 export TYING_CACHE_DIR=${TYING_CACHE_DIR:-/tmp/tying-cache} PYTHONUNBUFFERED=1
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+export TYING_COMPILE=0  # `compile: auto` off: tiny models for tens of steps do not repay it
 TYING="python3 -m tying"
 python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu')" | tee -a "$LOG"
 python3 -c "import lm_eval, datasets, pyarrow, peft, geoopt; print('lm_eval', lm_eval.__version__, 'datasets', datasets.__version__, 'pyarrow', pyarrow.__version__)" 2>&1 | tail -1 | tee -a "$LOG"
@@ -75,7 +76,8 @@ for i in $(seq "$PARALLEL"); do
 done
 wait
 tail -n 2 "$LOGS"/grid-*.log >> "$LOG"
-$TYING experiment "$CFG_A" --train-only --no-progress >> "$LOG" 2>&1 || { say "grid (a) failed"; exit 1; }
+timeout "$(left 150)" $TYING experiment "$CFG_A" --train-only --no-progress >> "$LOG" 2>&1 \
+  || { say "grid (a) failed"; pack; exit 1; }
 mkdir -p "$B_OUT" && [ -e "$B_OUT/runs" ] || ln -sfn "$PWD/$A_OUT/runs" "$B_OUT/runs"
 pack
 
