@@ -16,6 +16,10 @@ The JSON:
 
     python -m studies.interface_updates A/updates.json B/updates.json [--write]
         (--write: docs/results/interface_updates.json and the generated block of results.md)
+    python -m studies.interface_updates --partial ROOT [--write]
+        (a stage cut short: ROOT holds the update folders of a GPU call, the runs' metrics and
+        the configs' `out` folders; the bases whose every file exists are recorded, and no
+        test is read from fewer units than the rule needs)
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ def comparisons(records: list[dict[str, Any]], pairs: list[list[str]], outside: 
     chosen seeds)."""
     from tying.experiment.update_units import compare_units
 
+    if not records:
+        return [{"control": c, "treatment": t, "error": "no base was measured"} for c, t in pairs]
     names = list(records[0]["metrics"])
     primary = "y:" + next(iter(records[0]["kl"]))
     secondary = [n for n in names if n != primary and n not in outside]
@@ -89,11 +95,11 @@ def choose_seeds(reports: dict[str, dict[str, Any]]) -> tuple[list[int], dict[st
     for key, report in reports.items():
         records = [r for r in report["update_units"]["bases"] if r["base_seed"] in FIRST_SEEDS]
         (tt_pit,) = comparisons(records, [["tt", "pit"]], [])
-        sds[key] = tt_pit["primary"].get("sd", math.inf)
+        sds[key] = tt_pit["primary"].get("sd", math.inf) if "primary" in tt_pit else None
     every = sorted(
         {r["base_seed"] for rep in reports.values() for r in rep["update_units"]["bases"]}
     )
-    if all(sd <= SD_LIMIT for sd in sds.values()):
+    if all(sd is not None and sd <= SD_LIMIT for sd in sds.values()):
         return [s for s in every if s in FIRST_SEEDS], sds
     return every, sds
 
@@ -223,14 +229,38 @@ def _descriptive(data: dict[str, Any], key: str) -> list[str]:
     return [*lines, ""]
 
 
+def partial_report(root: Path, config: str) -> dict[str, Any]:
+    """An updates.json-like block of the bases of `config`'s grid under `root` whose every
+    file exists (`update_units.base_records`), with no statistics of its own."""
+    from tying.errors import MissingFileError
+    from tying.experiment import load_experiment
+    from tying.experiment.update_units import base_records
+
+    cfg = load_experiment(ROOT / config)
+    cfg = load_experiment(ROOT / config, [f"out={root / cfg.out}"])
+    bases = []
+    for run in cfg.runs():
+        for step in cfg.updates.unit_steps or ():
+            try:
+                bases += base_records(cfg, f"{run.name}-step{step}", run, step, run.seed)
+            except MissingFileError:
+                continue
+    return {"update_units": {"bases": bases, "comparisons": []}}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("a", help="updates.json of update (a)")
-    parser.add_argument("b", help="updates.json of update (b)")
+    parser.add_argument("a", nargs="?", help="updates.json of update (a)")
+    parser.add_argument("b", nargs="?", help="updates.json of update (b)")
+    parser.add_argument("--partial", type=Path, help="the root of a stage cut short")
     parser.add_argument("--write", action="store_true", help="write the JSON and results.md")
     args = parser.parse_args(argv)
-    reports = {k: json.loads(Path(p).read_text()) for k, p in (("a", args.a), ("b", args.b))}
+    if args.partial:
+        reports = {k: partial_report(args.partial, UPDATES[k][0]) for k in UPDATES}
+    else:
+        reports = {k: json.loads(Path(p).read_text()) for k, p in (("a", args.a), ("b", args.b))}
     data = assemble(reports)
+    data["status"] = "partial: the stage was cut short" if args.partial else "complete"
     text = markdown(data)
     print(text)
     if args.write:

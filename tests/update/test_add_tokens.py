@@ -324,6 +324,26 @@ def grown_runs(decoder_run_folders, tmp_path_factory) -> dict[str, Path]:
 @pytest.mark.slow
 @pytest.mark.parametrize("tie", ["untied", "tt", "pit"])
 def test_train_tokens_new_trains_only_the_new_rows(grown_runs, tmp_path, tie) -> None:
+    _check_new_rows_training(grown_runs, tmp_path, tie, "cpu")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("tie", ["untied", "tt", "pit"])
+def test_train_tokens_new_on_cuda(cuda, grown_runs, tmp_path, tie) -> None:
+    """The rows' masks and kept copies follow the model to the GPU (a lent H100 found them
+    left on the CPU: "Expected all tensors to be on the same device")."""
+    _check_new_rows_training(grown_runs, tmp_path, tie, "cuda")
+
+
+def test_fixed_tensors_follow_the_model_to_its_device() -> None:
+    from tying.update.token_rows import _Follow
+
+    kept = _Follow(torch.ones(3))
+    moved = kept.on(torch.empty(3, device="meta"))
+    assert moved.device.type == "meta" and kept.on(moved) is moved  # moved once, then reused
+
+
+def _check_new_rows_training(grown_runs, tmp_path, tie: str, device: str) -> None:
     from safetensors.torch import load_file
 
     import tying
@@ -340,7 +360,7 @@ def test_train_tokens_new_trains_only_the_new_rows(grown_runs, tmp_path, tie) ->
     finetune(
         FinetuneOptions(
             str(grown_runs[tie]), task=str(data), out=str(out), max_steps=3, batch_size=4,
-            lr=1e-2, weight_decay=0.1, train_tokens="new", progress=False, device="cpu",
+            lr=1e-2, weight_decay=0.1, train_tokens="new", progress=False, device=device,
             precision="fp32", checkpoint_every=0,
         )
     )  # fmt: skip

@@ -294,9 +294,12 @@ def ratio_verdict(summary: dict[str, Any], smallest_ratio: float, alpha: float =
     return f"{head}; a {smallest_ratio:g}x effect is not excluded"
 
 
-def collect_units(cfg: ExperimentConfig) -> list[dict[str, Any]]:
-    """One record per base of the stage (every task): its run, seed, step, base loss, the
-    measurements of `base_record` and `metric_values`.
+def base_records(
+    cfg: ExperimentConfig, name: str, run: Any, step: int, lora_seed: int
+) -> list[dict[str, Any]]:
+    """The records of one base (`name`: grid run `run` at checkpoint `step`), one per update
+    task: its run, seed, step, base loss, the measurements of `base_record` and
+    `metric_values`.
 
     Raises:
         FileNotFoundError: a step's output is missing (run the stage first).
@@ -308,45 +311,54 @@ def collect_units(cfg: ExperimentConfig) -> list[dict[str, Any]]:
         base_eval_folder,
         target_files,
         task_label,
-        update_bases,
         update_folders,
     )
+
+    base_results = _read_json(base_eval_folder(cfg, name) / RESULTS_FILE)
+    records = []
+    for task in cfg.updates.tasks:
+        f = update_folders(cfg, name, task)
+        finetune = _read_json(f.adapter / FINETUNE_FILE)
+        before, after = base_results, _read_json(f.eval / RESULTS_FILE)
+        if task in cfg.updates.targets:  # the target of a .jsonl update: its own file
+            files = target_files(cfg, name, task)
+            label = task_label(task)
+            before = {**before, "tasks": {**before["tasks"], label: _read_json(files[0])}}
+            after = {**after, "tasks": {**after["tasks"], label: _read_json(files[1])}}
+        record = base_record(
+            before, after, _read_json(f.side_effects / SIDE_EFFECTS_FILE), task_label(task)
+        )
+        records.append(
+            {
+                "base": name,
+                "run": run.name,
+                "label": run.label,
+                "tie": run.tie,
+                "base_seed": run.seed,
+                "lora_seed": lora_seed,
+                "step": step,
+                "task": task_label(task),
+                "base_loss": _val_loss_at(cfg.run_dir(run), step),
+                "lora_final_loss": finetune.get("final_loss"),
+                **record,
+                "metrics": metric_values(record),
+            }
+        )
+    return records
+
+
+def collect_units(cfg: ExperimentConfig) -> list[dict[str, Any]]:
+    """One record per base of the stage and update task (`base_records`).
+
+    Raises:
+        FileNotFoundError: a step's output is missing (run the stage first).
+    """
+    from tying.experiment.updates import update_bases
 
     records = []
     for base in update_bases(cfg):
         assert base.run is not None and base.step is not None  # units only
-        base_results = _read_json(base_eval_folder(cfg, base.name) / RESULTS_FILE)
-        for task in cfg.updates.tasks:
-            f = update_folders(cfg, base.name, task)
-            finetune = _read_json(f.adapter / FINETUNE_FILE)
-            before, after = base_results, _read_json(f.eval / RESULTS_FILE)
-            if task in cfg.updates.targets:  # the target of a .jsonl update: its own file
-                files = target_files(cfg, base.name, task)
-                label = task_label(task)
-                before = {**before, "tasks": {**before["tasks"], label: _read_json(files[0])}}
-                after = {**after, "tasks": {**after["tasks"], label: _read_json(files[1])}}
-            record = base_record(
-                before,
-                after,
-                _read_json(f.side_effects / SIDE_EFFECTS_FILE),
-                task_label(task),
-            )
-            records.append(
-                {
-                    "base": base.name,
-                    "run": base.run.name,
-                    "label": base.run.label,
-                    "tie": base.run.tie,
-                    "base_seed": base.run.seed,
-                    "lora_seed": base.lora_seed,
-                    "step": base.step,
-                    "task": task_label(task),
-                    "base_loss": _val_loss_at(cfg.run_dir(base.run), base.step),
-                    "lora_final_loss": finetune.get("final_loss"),
-                    **record,
-                    "metrics": metric_values(record),
-                }
-            )
+        records += base_records(cfg, base.name, base.run, base.step, base.lora_seed)
     return records
 
 

@@ -80,9 +80,24 @@ def _sym_power(C: Tensor, power: float) -> Tensor:
 
 
 def _symmetric_completion(z0: Tensor, new_rows: Tensor) -> Tensor:
-    """Z₀ (I − NᵀN)^{1/2} in float64 (Z₀ᵀZ₀ = I ⇒ the result stacked on N has Zᵀ Z = I)."""
+    """Z₀ (I − NᵀN)^{1/2} in float64 (Z₀ᵀZ₀ = I ⇒ the result stacked on N has Zᵀ Z = I), on
+    `new_rows`' device."""
     N = new_rows.to(torch.float64)
-    return z0 @ _sym_power(torch.eye(N.shape[1], dtype=torch.float64) - N.T @ N, 0.5)
+    eye = torch.eye(N.shape[1], dtype=torch.float64, device=N.device)
+    return z0.to(N.device) @ _sym_power(eye - N.T @ N, 0.5)
+
+
+class _Follow:
+    """A fixed tensor kept on the device of the tensor it is used with: the model may move
+    (`.to(cuda)`) after its rows were selected, and the copy is made once per move."""
+
+    def __init__(self, tensor: Tensor) -> None:
+        self.tensor = tensor
+
+    def on(self, like: Tensor) -> Tensor:
+        if self.tensor.device != like.device:
+            self.tensor = self.tensor.to(like.device)
+        return self.tensor
 
 
 def select_token_rows(
@@ -120,23 +135,24 @@ def select_token_rows(
                 rows.fixes.append(interface.retract_)
             else:
                 old = parameter.detach()[:first_new].to(torch.float64)
-                z0 = old @ _sym_power(old.T @ old, -0.5)  # orthonormal: Z_old = z0 C^{1/2}
+                z0 = _Follow(old @ _sym_power(old.T @ old, -0.5))  # Z_old = z0 C^{1/2}
 
-                def project(p: nn.Parameter = parameter, z0: Tensor = z0) -> None:
-                    p[:first_new] = _symmetric_completion(z0, p[first_new:]).to(p.dtype)
+                def project(p: nn.Parameter = parameter, z0: _Follow = z0) -> None:
+                    p[:first_new] = _symmetric_completion(z0.on(p), p[first_new:]).to(p.dtype)
 
                 rows.fixes.append(project)
         elif mode == "new":
-            old = parameter.detach()[:first_new].clone()
+            old_rows = _Follow(parameter.detach()[:first_new].clone())
 
-            def restore(p: nn.Parameter = parameter, old: Tensor = old) -> None:
-                p[:first_new] = old
+            def restore(p: nn.Parameter = parameter, old: _Follow = old_rows) -> None:
+                p[:first_new] = old.on(p)
 
             rows.fixes.append(restore)
         if mode == "new":
             keep = torch.zeros(V, 1, dtype=parameter.dtype, device=parameter.device)
             keep[first_new:] = 1
-            parameter.register_hook(lambda grad, keep=keep: grad * keep.to(grad.dtype))
+            mask = _Follow(keep)
+            parameter.register_hook(lambda grad, mask=mask: grad * mask.on(grad).to(grad.dtype))
     for name, parameter in interface.named_parameters():
         if name in rows.names or parameter.shape[:1] == (V,):
             continue
