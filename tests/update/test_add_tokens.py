@@ -97,6 +97,59 @@ def test_pit_rows_too_long_are_refused() -> None:
         )
 
 
+def _decoder64(tie: str):
+    """A float64 decoder with random weights (PIT: a memory orthonormal in float64)."""
+    from tying.decoder import Decoder, ModelConfig
+    from tying.interface.linalg import polar
+
+    config = ModelConfig(vocab_size=2048, d_model=32, n_layers=2, head_dim=16, tie=tie)
+    model = Decoder(config, generator=torch.Generator().manual_seed(0)).double().eval()
+    if tie == "pit":
+        model.interface.z.data.copy_(polar(model.interface.z.data).U)
+    return model
+
+
+@pytest.mark.parametrize(
+    ("tie", "keep"),
+    [("untied", "input"), ("tt", "input"), ("pit", "input"), ("pit", "output"), ("pit", "naive")],
+)
+def test_grown_decoder_on_old_text(tie: str, keep: str) -> None:
+    """Our decoder (V = 2,048) grown by 3 tokens (mean and piece-mean inits), on 128 old ids
+    (near-uniform logits, so 3 new tokens take about 3/(V + 3) of the softmax): PIT keeps
+    W_out'E' = I_d to float64 rounding; untied, TT and keep=input leave the hidden states
+    exactly as they were; for untied and TT the whole KL and loss change are the new tokens'
+    share, −mean log(1 − p_new); every change ≤ 0.01 nats/token."""
+    from tying.loader import wrap_model
+    from tying.update.tokens import _set_interface, old_text_changes
+
+    model = _decoder64(tie)
+    loaded = wrap_model(model, None, tie)
+    before, V = model.interface, 2048
+    ids = torch.randint(0, V, (129,), generator=torch.Generator().manual_seed(1))
+    sources = {"mean": [list(range(V))] * 3, "pieces": [[3, 7], [11], [100, 200, 250]]}
+    grown = {name: grow_interface(before, s, pit_keep=keep) for name, s in sources.items()}
+    changes = old_text_changes(loaded, before, {n: g.interface for n, g in grown.items()}, ids, 128)
+    with torch.no_grad():
+        hidden0 = model.final_hidden(ids[None, :-1])[0]
+        for name, g in grown.items():
+            change = changes[name]
+            assert 0 <= change["kl_nats"] <= 0.01 and abs(change["delta_loss"]) <= 0.01
+            _set_interface(loaded, g.interface)
+            hidden = model.final_hidden(ids[None, :-1])[0]
+            logits = loaded.logits_from_hidden(hidden)
+            _set_interface(loaded, before)
+            if tie == "pit":
+                E, U = g.interface.analysis_matrices()
+                assert (U.T @ E - torch.eye(32, dtype=torch.float64)).abs().max() < TOL
+            if tie != "pit" or keep == "input":
+                torch.testing.assert_close(hidden, hidden0, rtol=0, atol=1e-12)
+            if tie != "pit":
+                share = -torch.log1p(-torch.softmax(logits, dim=-1)[:, V:].sum(dim=-1)).mean()
+                assert change["kl_nats"] == pytest.approx(float(share), rel=1e-9, abs=1e-15)
+                assert change["delta_loss"] == pytest.approx(float(share), rel=1e-9, abs=1e-15)
+                assert float(share) > 0
+
+
 def test_untied_and_tt_new_rows_are_the_means_old_rows_bitwise() -> None:
     g = torch.Generator().manual_seed(1)
     E, W = torch.randn(50, 8, generator=g), torch.randn(50, 8, generator=g)
