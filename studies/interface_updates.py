@@ -62,6 +62,8 @@ LABELS = {
 #: The pre-declared rule (docs/updates-design.md): seeds 0-7 are read when the sd of the
 #: primary metric's PIT − TT differences over them is at most this for both updates, else all.
 SD_LIMIT = 0.15
+#: Units below which no two-sided exact sign-flip test can reach p ≤ 0.05 (2/2^5 > 0.05).
+MIN_UNITS = 6
 FIRST_SEEDS = tuple(range(8))
 
 
@@ -193,6 +195,12 @@ def markdown(data: dict[str, Any]) -> str:
             verdict = c["primary"].get("verdict", "")
             if (c["control"], c["treatment"]) == ("tt", "pit") and key in holm_p:
                 verdict += f"; Holm over the two updates' primary tests: p {holm_p[key]:.3g}"
+            if c["primary"]["n"] < MIN_UNITS:
+                verdict = (
+                    f"not read as a test: {c['primary']['n']} unit(s), fewer than the "
+                    f"{MIN_UNITS} an exact two-sided sign-flip test needs to reach p ≤ 0.05 "
+                    "(the interval and p above describe these units only)"
+                )
             lines += ["", f"Primary: {verdict}.", ""]
         lines += _descriptive(data, key)
     return "\n".join(lines).rstrip() + "\n"

