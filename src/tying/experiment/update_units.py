@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from tying.errors import InvalidInputError, MissingFileError, read_json
-from tying.experiment.config import ExperimentConfig
+from tying.experiment.config import ExperimentConfig, RunSpec
 
 #: Each secondary metric's kind: "log" (a log ratio, reported as a ratio) or "nats".
 LOG, NATS = "log", "nats"
@@ -295,7 +295,7 @@ def ratio_verdict(summary: dict[str, Any], smallest_ratio: float, alpha: float =
 
 
 def base_records(
-    cfg: ExperimentConfig, name: str, run: Any, step: int, lora_seed: int
+    cfg: ExperimentConfig, name: str, run: RunSpec, step: int, lora_seed: int
 ) -> list[dict[str, Any]]:
     """The records of one base (`name`: grid run `run` at checkpoint `step`), one per update
     task: its run, seed, step, base loss, the measurements of `base_record` and
