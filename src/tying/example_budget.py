@@ -78,7 +78,7 @@ _TRAIN_SECTION: dict[str, Any] = {
 #: Options whose None means "all" or "until done": None becomes the cap.
 _NONE_MEANS_ALL = {"limit", "max_steps", "steps", "max_new_tokens", "max_tokens", "unit_steps"}
 #: Options that take the place of a run's token budget ("auto" becomes the cap).
-_AUTO_IS_A_BUDGET = {"max_tokens"}
+_AUTO_IS_A_BUDGET = {"max_tokens", "budget", "update_limit"}
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

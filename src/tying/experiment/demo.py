@@ -29,6 +29,8 @@ PIT converted by the fit on `DEMO_FIT_TOKENS` (16 s), `make demo` from a fresh c
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from typing import Any
 
 from tying.experiment.config import (
@@ -37,8 +39,15 @@ from tying.experiment.config import (
     LensSettings,
     UpdateSettings,
 )
-from tying.options.demo import DEMO_TOKENS as DEMO_TOKENS
+from tying.options.demo import (
+    DEMO_TOKENS,
+    DEMO_TOKENS_CPU_FP32,
+    DEMO_UPDATE_LIMIT,
+    DEMO_UPDATE_LIMIT_CPU_FP32,
+)
 from tying.options.demo import DemoOptions as DemoOptions
+
+log = logging.getLogger(__name__)
 
 #: Generation limit of the update step's evaluation (MBPP's own is 256): the demo's few items
 #: show the pipeline; the reference log-likelihood, not exact match, carries its comparison.
@@ -92,9 +101,36 @@ def demo_updates(o: DemoOptions) -> UpdateSettings:
     )
 
 
+def resolve_budget(o: DemoOptions) -> DemoOptions:
+    """`budget` and `update_limit` as numbers: "auto" is the full demo, or half of it where
+    training runs in fp32 on the CPU (no fast bf16, or `precision: fp32`), said in a warning.
+    Measured (benchmarks/results/pit_step_time_teacher.json): the full demo took 16 min 50 s
+    in fp32 on 2 cores, with fp32 steps 1.6-1.8x as long as bf16 ones.
+    """
+    from tying.devices import resolve_device, resolve_precision
+
+    device = resolve_device("auto")
+    slow = device.type == "cpu" and resolve_precision(o.precision, device) == "fp32"
+    full = {"budget": DEMO_TOKENS, "update_limit": DEMO_UPDATE_LIMIT}
+    auto = {"budget": DEMO_TOKENS_CPU_FP32, "update_limit": DEMO_UPDATE_LIMIT_CPU_FP32}
+    chosen = {k: (auto if slow else full)[k] for k in full if getattr(o, k) == "auto"}
+    if slow and chosen:
+        log.warning(
+            "this CPU trains in fp32 (no fast bf16, see `tying info`): the demo runs "
+            + ", ".join(f"{k} {v}" for k, v in chosen.items())
+            + " instead of "
+            + ", ".join(f"{k} {full[k]}" for k in chosen)
+            + " to stay within 15 minutes; pass "
+            + " ".join(f"--{k.replace('_', '-')} {full[k]}" for k in chosen)
+            + " for the full demo"
+        )
+    return dataclasses.replace(o, **chosen)
+
+
 def demo_config(options: DemoOptions | None = None) -> ExperimentConfig:
-    """The demo's ExperimentConfig (teacher mode, ties tt and pit, one seed, the update step)."""
-    o = options or DemoOptions()
+    """The demo's ExperimentConfig (teacher mode, ties tt and pit, one seed, the update step),
+    its budget resolved by `resolve_budget`."""
+    o = resolve_budget(options or DemoOptions())
     train: dict[str, Any] = {
         "seq_len": o.seq_len,
         "global_batch_tokens": o.batch_tokens,

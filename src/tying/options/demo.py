@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from tying.options.common import Precision
 
-#: Default token budget per run.
+#: Token budget per run (`budget: auto`), and on a CPU that trains in fp32 (no fast bf16).
 DEMO_TOKENS = 24_576
+DEMO_TOKENS_CPU_FP32 = 12_288
+#: Items of the update step's evaluation (`update_limit: auto`), and on such a CPU.
+DEMO_UPDATE_LIMIT = 2
+DEMO_UPDATE_LIMIT_CPU_FP32 = 1
 
 
 @dataclass
@@ -18,7 +23,8 @@ class DemoOptions:
         model: the teacher (smollm2, a .gguf, a transformers folder or a hub id).
         data: training text (null = a few Gutenberg training books).
         val_data: validation and lens text (null = Gutenberg validation).
-        budget: training tokens per run.
+        budget: training tokens per run; auto = 24,576, or 12,288 where training runs in fp32
+            on the CPU (no fast bf16: `tying info`), so that the demo stays within 15 minutes.
         steps: optimizer steps (overrides `budget`; null = from the budget).
         out: output folder (report.html, report.md, report.json, runs/).
         seq_len: tokens per window.
@@ -31,7 +37,7 @@ class DemoOptions:
             gsm8k or a .jsonl file of {"prompt", "completion"}).
         update_steps: LoRA steps of each update (0 = no update step).
         update_limit: seeded items of `update_task` on which both runs are evaluated before and
-            after their update.
+            after their update; auto = 2, or 1 in fp32 on the CPU (as `budget`).
         side_effect_tokens: positions of WikiText-2 (test) on which each update's side effects
             are measured (KL, loss change, top-1 agreement; the lens profile on one window).
         progress: show progress bars.
@@ -40,7 +46,7 @@ class DemoOptions:
     model: str = "smollm2"
     data: str | None = None
     val_data: str | None = None
-    budget: int = DEMO_TOKENS
+    budget: int | Literal["auto"] = "auto"
     steps: int | None = None
     out: str = "runs/demo"
     seq_len: int = 256
@@ -51,6 +57,6 @@ class DemoOptions:
     precision: Precision = "auto"
     update_task: str = "mbpp"
     update_steps: int = 4
-    update_limit: int = 2
+    update_limit: int | Literal["auto"] = "auto"
     side_effect_tokens: int = 1024
     progress: bool = True
