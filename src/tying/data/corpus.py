@@ -10,13 +10,14 @@ from tying.data.readers import Source
 from tying.data.shards import ensure_shards
 from tying.data.token_store import TokenStore, open_shards
 from tying.data.tokenizer import TextTokenizer
+from tying.errors import MissingFileError
 
 #: Source aliases: names for the default corpus's splits.
 ALIASES = ("gutenberg", "gutenberg-train", "gutenberg-validation")
 
 
-def _missing(path: Path) -> FileNotFoundError:
-    return FileNotFoundError(
+def _missing(path: Path) -> MissingFileError:
+    return MissingFileError(
         f"default corpus not found at {path}; set {paths.DATA_DIR_ENV} to the folder holding "
         "corpus/gutenberg (default: ../shared/data beside the repository), or pass a source"
     )
