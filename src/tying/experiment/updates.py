@@ -186,7 +186,9 @@ def _finetune(
     from tying.update.finetune import FinetuneOptions, finetune
 
     data = {"progress": progress, **cfg.updates.finetune}
-    data.update(spec=base.spec, seed=base.lora_seed, task=task, out=str(out), resume=True)
+    # resume only a folder a killed run left behind: a first run starts without the warning
+    # that there is nothing to resume
+    data.update(spec=base.spec, seed=base.lora_seed, task=task, out=str(out), resume=out.exists())
     finetune(from_dict(FinetuneOptions, data, source="updates.finetune"))
 
 
