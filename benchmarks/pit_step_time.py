@@ -67,7 +67,7 @@ DEMO_SHAPE = {"batch": 4, "seq_len": 256, "accum": 2}
 
 def cpu_description() -> dict[str, object]:
     """The CPU's model name, its bf16-relevant flags and the project's verdict on fast bf16."""
-    from tying.devices import _cpu_flags, cpu_bf16_support
+    from tying.devices import cpu_bf16_support, cpu_flags
 
     model = next(
         (
@@ -77,7 +77,7 @@ def cpu_description() -> dict[str, object]:
         ),
         platform.processor(),
     )
-    flags = _cpu_flags() or set()
+    flags = cpu_flags() or set()
     fast, why = cpu_bf16_support()
     wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
     return {

@@ -44,10 +44,10 @@ from tying.loader import LoadedModel, as_text_tokenizer, load_any, wrap_model
 from tying.paths import data_dir
 from tying.update.tokens import (
     AddTokensOptions,
-    _set_interface,
     add_tokens,
     grow_tokenizer,
     old_text_changes,
+    set_interface,
     token_sources,
 )
 
@@ -101,11 +101,11 @@ def reload_check(
     old_ids = loaded.tokenizer.encode(text)
     ids = torch.tensor(old_ids[:RELOAD_POSITIONS])
     before = loaded.interface
-    _set_interface(loaded, grown)
+    set_interface(loaded, grown)
     try:
         expected = logits(loaded, ids)
     finally:
-        _set_interface(loaded, before)
+        set_interface(loaded, before)
     got = logits(reloaded, ids)
     return {
         "max_abs_logit_diff": float((got - expected).abs().max()),

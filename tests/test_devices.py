@@ -107,7 +107,7 @@ def test_cpu_bf16_detection_reads_the_flags_and_the_override_wins(
     }
     for flags, expected in cases.items():
         devices._detected_cpu_bf16.cache_clear()
-        monkeypatch.setattr(devices, "_cpu_flags", lambda flags=flags: set(flags))
+        monkeypatch.setattr(devices, "cpu_flags", lambda flags=flags: set(flags))
         assert devices.cpu_bf16_support() == expected
         assert devices.cpu_has_fast_bf16() is expected[0]
         assert resolve_precision("auto", "cpu") == ("bf16" if expected[0] else "fp32")
@@ -121,7 +121,7 @@ def test_cpu_bf16_detection_reads_the_flags_and_the_override_wins(
 
 def test_this_machines_cpu_flags_are_read() -> None:
     """On Linux the verdict names flags of /proc/cpuinfo, not oneDNN's answer."""
-    flags = devices._cpu_flags()
+    flags = devices.cpu_flags()
     if flags is None:
         pytest.skip("no /proc/cpuinfo here")
     fast, why = devices._detected_cpu_bf16()

@@ -86,7 +86,7 @@ def cpu_bf16_support() -> tuple[bool, str]:
 
 @functools.cache
 def _detected_cpu_bf16() -> tuple[bool, str]:
-    flags = _cpu_flags()
+    flags = cpu_flags()
     if flags is None:  # no /proc/cpuinfo (macOS, Windows): ask oneDNN
         try:
             fast = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
@@ -100,7 +100,7 @@ def _detected_cpu_bf16() -> tuple[bool, str]:
     return False, f"no avx512_bf16/amx_bf16 ({widest})"
 
 
-def _cpu_flags() -> set[str] | None:
+def cpu_flags() -> set[str] | None:
     """The flags of the first processor in /proc/cpuinfo ("flags" on x86, "Features" on Arm),
     or None where there is no such file."""
     try:

@@ -120,7 +120,7 @@ def test_grown_decoder_on_old_text(tie: str, keep: str) -> None:
     exactly as they were; for untied and TT the whole KL and loss change are the new tokens'
     share, −mean log(1 − p_new); every change ≤ 0.01 nats/token."""
     from tying.loader import wrap_model
-    from tying.update.tokens import _set_interface, old_text_changes
+    from tying.update.tokens import old_text_changes, set_interface
 
     model = _decoder64(tie)
     loaded = wrap_model(model, None, tie)
@@ -134,10 +134,10 @@ def test_grown_decoder_on_old_text(tie: str, keep: str) -> None:
         for name, g in grown.items():
             change = changes[name]
             assert 0 <= change["kl_nats"] <= 0.01 and abs(change["delta_loss"]) <= 0.01
-            _set_interface(loaded, g.interface)
+            set_interface(loaded, g.interface)
             hidden = model.final_hidden(ids[None, :-1])[0]
             logits = loaded.logits_from_hidden(hidden)
-            _set_interface(loaded, before)
+            set_interface(loaded, before)
             if tie == "pit":
                 E, U = g.interface.analysis_matrices()
                 assert (U.T @ E - torch.eye(32, dtype=torch.float64)).abs().max() < TOL

@@ -120,8 +120,8 @@ def resolve_budget(o: DemoOptions) -> DemoOptions:
             + ", ".join(f"{k} {v}" for k, v in chosen.items())
             + " instead of "
             + ", ".join(f"{k} {full[k]}" for k in chosen)
-            + " to stay within 15 minutes; pass "
-            + " ".join(f"--{k.replace('_', '-')} {full[k]}" for k in chosen)
+            + " to stay within 15 minutes; set "
+            + " and ".join(f"{k} {full[k]}" for k in chosen)
             + " for the full demo"
         )
     return dataclasses.replace(o, **chosen)

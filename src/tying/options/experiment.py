@@ -491,4 +491,4 @@ def parse_shard(text: str) -> tuple[int, int]:
         index, count = int(parts[0]), int(parts[1])
         if 1 <= index <= count:
             return index, count
-    raise InvalidInputError(f"--shard {text!r}: give I/N with 1 <= I <= N, e.g. --shard 2/8")
+    raise InvalidInputError(f"shard {text!r}: give I/N with 1 <= I <= N, e.g. 2/8")

@@ -152,7 +152,7 @@ def first_added_id(spec: str | Path) -> int:
     return before
 
 
-def _set_interface(loaded: LoadedModel, interface: Any) -> None:
+def set_interface(loaded: LoadedModel, interface: Any) -> None:
     """Put `interface` into the loaded model in place of its current one."""
     from tying.hf.modules import INTERFACE_ATTR
 
@@ -235,13 +235,13 @@ def old_text_changes(
         if window.numel() < 2:
             break
         inputs, targets = window[:-1].unsqueeze(0), window[1:]
-        _set_interface(loaded, before)
+        set_interface(loaded, before)
         hidden_b = loaded.model.final_hidden(inputs)[0]
         lb = torch.log_softmax(loaded.logits_from_hidden(hidden_b).to(torch.float64), dim=-1)
         nll_b = -float(lb.gather(1, targets[:, None]).sum())
         embedded = before.embed(inputs)
         for name, after in afters.items():
-            _set_interface(loaded, after)
+            set_interface(loaded, after)
             same_input = torch.equal(after.embed(inputs), embedded)
             hidden = hidden_b if same_input else loaded.model.final_hidden(inputs)[0]
             la = torch.log_softmax(loaded.logits_from_hidden(hidden).to(torch.float64), dim=-1)
@@ -249,7 +249,7 @@ def old_text_changes(
             sums[name][1] += nll_b
             sums[name][2] -= float(la.gather(1, targets[:, None]).sum())
         count += targets.numel()
-    _set_interface(loaded, before)
+    set_interface(loaded, before)
     return {
         name: {
             "kl_nats": kl / count,
@@ -267,7 +267,7 @@ def old_text_change(
 ) -> dict[str, float]:
     """`old_text_changes` of one grown interface; the model is left with `after` installed."""
     result = old_text_changes(loaded, before, {"after": after}, ids, seq_len)["after"]
-    _set_interface(loaded, after)
+    set_interface(loaded, after)
     return result
 
 
@@ -309,7 +309,7 @@ def add_tokens(
     sources = token_sources(options.init, tokens, old.backend, V)
     before = loaded.interface
     grown = grow_interface(before, sources, pit_keep=options.pit_keep)
-    _set_interface(loaded, grown.interface)
+    set_interface(loaded, grown.interface)
     ids = {t: V + i for i, t in enumerate(tokens)}
     log(
         f"{loaded.name}: {len(tokens)} new tokens (ids {V}..{V + len(tokens) - 1}), init "
