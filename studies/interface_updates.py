@@ -25,6 +25,7 @@ The JSON:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import re
@@ -245,7 +246,7 @@ def partial_report(root: Path, config: str) -> dict[str, Any]:
     from tying.experiment.update_units import base_records
 
     cfg = load_experiment(ROOT / config)
-    cfg = load_experiment(ROOT / config, [f"out={root / cfg.out}"])
+    cfg = dataclasses.replace(cfg, out=str(root / cfg.out))
     bases = []
     for run in cfg.runs():
         for step in cfg.updates.unit_steps or ():

@@ -227,8 +227,8 @@ def run_updates(
     if not 1 <= index <= count:
         raise InvalidInputError(f"shard {index}/{count}: need 1 <= I <= N")
     bases = update_bases(cfg)[index - 1 :: count]
-    per_task = (2 if u.skip_side_effects else 3) + 2 * len(u.targets)
-    steps = len(bases) * (1 + len(u.tasks) * per_task)
+    per_task = 2 if u.skip_side_effects else 3  # finetune, evaluate (, side effects)
+    steps = len(bases) * (1 + len(u.tasks) * per_task + 2 * len(u.targets))
     done = 0
 
     def step(what: str, marker: Path, work: Callable[[], None]) -> None:
