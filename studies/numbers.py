@@ -77,11 +77,13 @@ _DATE_TIME = re.compile(
 
 @dataclass(frozen=True)
 class Found:
-    """One number of a page's prose: its text (no sign), the line, the text around it."""
+    """One number of a page's prose: its text (no sign), the line, the text around it, and
+    its offset in the page (characters)."""
 
     text: str
     line: int
     context: str
+    start: int = -1
 
 
 def prose(markdown: str) -> str:
@@ -151,7 +153,7 @@ def numbers(markdown: str) -> list[Found]:
             continue  # zero and one as words
         lineno = next(i for i in range(len(line_starts) - 1, -1, -1) if line_starts[i] <= start)
         context = markdown[max(0, start - 30) : end + 10].replace("\n", " ")
-        out.append(Found(number, lineno + 1, context))
+        out.append(Found(number, lineno + 1, context, start))
     return out
 
 
@@ -298,12 +300,37 @@ def write_budgets(root: Path, source: Path | None = None) -> dict[str, tuple[int
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m studies.numbers`: reset the pages' untied budgets in docs/numbers.yaml
-    to today's counts (after a reviewed merge); each change is logged."""
+    to today's counts (after a reviewed merge); each change is logged. With `--tie PAGE ...`
+    or `--tie-all`: propose ties of the pages' untied numbers to the JSON files they cite,
+    write them and lower the budgets (`studies.numbers_tie`), and print a report."""
     import argparse
+    import json
 
     ap = argparse.ArgumentParser(prog="python -m studies.numbers", description=__doc__)
     ap.add_argument("--root", type=Path, default=ROOT)
+    ap.add_argument("--tie", nargs="+", metavar="PAGE", help="tie the untied numbers of PAGEs")
+    ap.add_argument("--tie-all", action="store_true", help="tie the untied numbers of every page")
+    ap.add_argument("--dry-run", action="store_true", help="with --tie: report, write nothing")
+    ap.add_argument(
+        "--unmatched", type=Path, metavar="FILE", help="with --tie: write the unmatched as JSON"
+    )
     args = ap.parse_args(argv)
+    if args.tie or args.tie_all:
+        from studies import numbers_tie
+
+        known = [str(p.relative_to(args.root)) for p in pages(args.root)]
+        chosen = known if args.tie_all else []
+        for name in args.tie or []:
+            page = next((k for k in known if name in (k, f"docs/{name}")), None)
+            if page is None:
+                ap.error(f"--tie: no page {name!r} (README.md or docs/*.md)")
+            chosen.append(page)
+        results = numbers_tie.tie(args.root, chosen, write=not args.dry_run)
+        print(numbers_tie.report(results))
+        if args.unmatched:
+            unmatched = {r.page: r.unmatched for r in results if r.unmatched}
+            args.unmatched.write_text(json.dumps(unmatched, indent=1, ensure_ascii=False) + "\n")
+        return 0
     for page, (old, new) in write_budgets(args.root).items():
         logging.getLogger(__name__).warning("%s: untied budget %d -> %d", page, old, new)
     return 0
