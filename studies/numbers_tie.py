@@ -10,22 +10,35 @@ For each number of a page that is neither tied, a default, nor allowed (`studies
    by the citation nearest to its first occurrence: cited in the same section first, then by
    the distance in lines;
 2. each file is flattened into (path, number) leaves, keys and list indices joined by "/" (the
-   path syntax of `studies.claims.lookup`, which reads `a/3/b` as item 3 of list `a`);
+   path syntax of `studies.claims.lookup`, which reads `a/3/b` as item 3 of list `a`); the
+   items of an axis (≥ 3 increasing integers: steps) or a series (more than `MAX_LIST`
+   numbers: a loss per step, a score per item) are left out, since a value equal to the
+   page's there is more likely chance than the number meant;
 3. a leaf matches when it prints as the page prints the number: as many decimals as the page
    (`digits`), or as many significant digits for scientific notation (`sig`); with the scale
    the unit after the number asks for (100 for "%", 1000 for "ms", 1/60 for "min", 1/3600 for
-   "h", 0.001 for a "k" number) or none;
+   "h", 0.001 for a "k" number) or none (for a time unit only from a key that names it);
 4. only a number that carries information is tied: one with a decimal point ("0.52", "7.9")
-   or at least 3 significant digits ("1,064,960", "362k"), not zero; a small integer ("8",
-   "12") is left for review (a match by value would say nothing);
-5. a key that names only texts (tasks, interfaces, teachers) the sentence does not, where the
-   sentence names another of the same group (`CONTRASTS`), is not a match; among the
-   matches the proposer takes, in this order: a file cited in the number's section;
-   the key that shares the most words with the number's sentence (its line and the lines
-   beside it, a table row with its header); the file cited nearest; the leaf whose sign is the
-   printed one; the file cited first; the leaf first in the file. A number with fewer than 3
-   significant digits (e.g. "0.52") is tied only when its key shares a word with the sentence
-   (`MIN_OVERLAP_SHORT`): two-digit values match too many leaves by chance;
+   or at least 3 significant digits ("1,064,960", "362k"); not zero, not one significant
+   digit ("0.1", "2e-4": settings), not a round value below 10 ("1.000"); a small integer
+   ("8", "12") is left for review (a match by value would say nothing);
+5. the words of the number's sentence (in a table: its row's first cell, its cell and its
+   column's header; elsewhere its sentence) decide between the matches:
+   - a key that names only texts (tasks, interfaces, teachers) the sentence does not, where
+     the sentence names another of the same group (`CONTRASTS`), is not a match; the names
+     of the records above a leaf (`LABEL_KEYS`: run 1 is "scratch-tt-s0") count as its key's;
+   - a file cited in another section is a candidate only when the number's section cites no
+     JSON file, the file is cited before the number, and its key shares a word with the
+     sentence that is not `WEAK` (a statistic, a run name or a `CONTRASTS` name);
+   - among the matches, in this order: a file cited in the number's section; the key that
+     shares the most words with the sentence; the file cited nearest; the leaf whose sign is
+     the printed one; the unit's scale before none; the file cited first; the leaf first in
+     the file;
+   - a number with fewer than 3 significant digits ("0.52") is tied only when its key shares
+     a word with the sentence that is not `WEAK` (`MIN_OVERLAP_SHORT`);
+   - when keys of different quantities with different values match equally well (the
+     seed-3 train-loss gap and the seed-7 validation gap both print as 0.185), the number is
+     left for review;
 6. the ties are written into the page's `numbers` in docs/numbers.yaml (the file's entries,
    comments and anchors are kept; a file with an anchor is written as its alias) and the
    page's `untied` budget is lowered to the count left.
@@ -66,8 +79,8 @@ _UNITS: tuple[tuple[re.Pattern[str], float, frozenset[str]], ...] = (
 )
 #: A list of more numbers than this is a series (per step, per item): its items are not tied.
 MAX_LIST = 8
-#: The least words a key must share with the sentence of a number of fewer than 3
-#: significant digits ("0.52", "7.9") to be tied to it.
+#: The least words (not `WEAK`) a key must share with the sentence of a number of fewer than
+#: 3 significant digits ("0.52", "7.9") to be tied to it.
 MIN_OVERLAP_SHORT = 1
 #: Words that say nothing about which quantity a number is (in a sentence or a key).
 _STOPWORDS = """the a an and or of to in on at by for from with as is are was were be been it its
@@ -89,6 +102,14 @@ CONTRASTS: tuple[frozenset[str], ...] = (
     frozenset({"decoder", "gpt2", "smollm2"}),
 )
 _ALIASES = {"gpt": "gpt2", "smollm": "smollm2"}
+#: Words that do not say which quantity a key holds: the names of `CONTRASTS`, statistics and
+#: run names. A key of a file cited in another section must share another word with the
+#: sentence ("spearman", "ppl", "effective").
+WEAK = frozenset().union(
+    *CONTRASTS,
+    {"mean", "median", "min", "max", "total", "step", "scratch", "seed", "our", "ours"},
+    {f"s{i}" for i in range(10)},
+)
 _SENTENCE_END = re.compile(r"[.;!?](?=\s)")
 
 
@@ -209,6 +230,12 @@ def words(text: str) -> set[str]:
     return out
 
 
+def quantity(path: str) -> str:
+    """The name of the quantity a key holds: its path without list indices
+    ("teachers/decoder/units/3/diff_val" -> "teachers/decoder/units/diff_val")."""
+    return re.sub(r"/\d+(?=/|$)", "", path)
+
+
 def contradicts(sentence_words: set[str], key_words: set[str]) -> bool:
     """Whether a key names only data sets (interfaces, teachers) that the sentence does not,
     while the sentence names another one of the same group (`CONTRASTS`)."""
@@ -310,6 +337,8 @@ class Match:
     scale: float
     leaf: float
     rank: tuple = field(default=(), compare=False)
+    #: the words its key shares with the sentence, `WEAK` ones not counted
+    specific: int = 0
 
 
 @dataclass
@@ -325,6 +354,8 @@ class PageResult:
     no_word: list[str]
     #: matched only in a file cited outside the number's section, which cites its own (not tied)
     far: list[str]
+    #: matched equally well by keys of different quantities (not tied)
+    ambiguous: list[str]
 
 
 def propose(root: Path, page: str, entry: dict) -> PageResult:
@@ -342,6 +373,7 @@ def propose(root: Path, page: str, entry: dict) -> PageResult:
     unmatched: list[dict[str, Any]] = []
     no_word: list[str] = []
     far: list[str] = []
+    ambiguous: list[str] = []
     for label, f in first.items():
         if not informative(label):
             continue
@@ -352,7 +384,8 @@ def propose(root: Path, page: str, entry: dict) -> PageResult:
         negative = f.start > 0 and text[f.start - 1] in "−-"
         context = words(sentence(markdown, f.start))
         section = _section(heads, f.line)
-        best: Match | None = None
+        candidates: list[Match] = []
+        matched = False  # a leaf prints as the number (some rule below may still refuse it)
         local = [c for c in cited if any(_section(heads, ln) == section for ln in c.lines)]
         for c in cited:
             same = c in local
@@ -365,14 +398,17 @@ def propose(root: Path, page: str, entry: dict) -> PageResult:
                 ):
                     if scale == 1.0 and spec.plain_words and not spec.plain_words & key_words:
                         continue
+                    matched = True
                     if contradicts(context, key_words | label_words):
                         continue
+                    specific = len((context & key_words) - WEAK)
+                    if not same and not specific:
+                        continue  # another section's file: its key must say what the number is
                     overlap = len(context & key_words)
                     sign = (x < 0) != negative
                     rank = (not same, -overlap, distance, sign, s_i, c.order, order)
-                    if best is None or rank < best.rank:
-                        best = Match(c.file, path, scale, x, rank)
-        if best is None:
+                    candidates.append(Match(c.file, path, scale, x, rank, specific))
+        if not matched:
             unmatched.append(
                 {
                     "number": label,
@@ -383,15 +419,23 @@ def propose(root: Path, page: str, entry: dict) -> PageResult:
                 }
             )
             continue
+        if not candidates:
+            no_word.append(label)
+            continue
+        best = min(candidates, key=lambda m: m.rank)
         if best.rank[0] and local:
             far.append(label)  # the section cites its own files: another file's match is chance
             continue
-        if (significant_digits(label) < 3 or best.rank[0]) and -best.rank[1] < MIN_OVERLAP_SHORT:
+        if significant_digits(label) < 3 and best.specific < MIN_OVERLAP_SHORT:
             no_word.append(label)
+            continue
+        level = [m for m in candidates if m.rank[:5] == best.rank[:5]]
+        if len({quantity(m.path) for m in level}) > 1 and len({m.leaf for m in level}) > 1:
+            ambiguous.append(label)  # equally good keys of different quantities and values
             continue
         ties[label] = best
     after = sum(1 for f in untied if f.text not in ties)
-    return PageResult(page, ties, len(untied), after, unmatched, no_word, far)
+    return PageResult(page, ties, len(untied), after, unmatched, no_word, far, ambiguous)
 
 
 #: A leaf of a JSON file: its order in the file, its path, its value, the words of its path
@@ -567,8 +611,8 @@ def report(results: list[PageResult]) -> str:
         out.append(
             f"{r.page}: tied {len(r.ties)}, untied {r.untied_before} -> {r.untied_after}; "
             f"unmatched {len(r.unmatched)} ({strong} with ≥3 significant digits); matched but "
-            f"not tied: {len(r.no_word)} (key shares no word with the sentence), {len(r.far)} "
-            "(only in a file of another section)"
+            f"not tied: {len(r.no_word)} (no key says what the number is), {len(r.far)} (only "
+            f"in a file of another section), {len(r.ambiguous)} (keys of different quantities)"
         )
     for r in results:
         for u in r.unmatched:
