@@ -19,6 +19,9 @@ fenced and indented code, inline code and generated blocks) that is neither
 
 `python -m studies.numbers` resets every page's budget to its count today: for the lead
 after merging branches whose new numbers were reviewed, never to silence a new one.
+`python -m studies.numbers --tie PAGE ...` (or `--tie-all`) ties a page's untied numbers to the
+JSON files it cites where a leaf prints as the number and its key says what the number is
+(`studies.numbers_tie`), lowers the budgets and reports the numbers that match no cited JSON.
 
 A number is its text as printed ("47.7", "1,064,960", "−0.204"); the sign is dropped, so one
 entry ties "0.204" wherever it appears on that page.
