@@ -2,7 +2,8 @@
 
     python -m studies.numbers --tie docs/results.md [PAGE ...]   # or --tie-all; --dry-run
 
-For each number of a page that is neither tied, a default, nor allowed (`studies.numbers`):
+For each number of a page that is neither tied, a default, nor allowed (`studies.numbers`; this module
+reads no page itself: `studies.numbers.tie` hands it a page's untied numbers):
 
 1. the candidate JSON files are the repository JSON files the page cites (a `something.json`
    path that exists from the repository's root or from the page's folder; a bare file name is
@@ -58,10 +59,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from studies import claims as C
-from studies import numbers as N
 
 #: A JSON file name as a page cites it (in prose, code or a link target).
 _JSON_PATH = re.compile(r"[A-Za-z0-9_.+/-]*[A-Za-z0-9_+-]\.json\b")
@@ -358,15 +358,22 @@ class PageResult:
     ambiguous: list[str]
 
 
-def propose(root: Path, page: str, entry: dict) -> PageResult:
-    """The ties for the untied numbers of `page` (its `entry` of docs/numbers.yaml); nothing
-    is written."""
-    markdown = (root / page).read_text()
-    text = N.prose(markdown)
+class Number(Protocol):
+    """A number of a page's prose (`studies.numbers.Found`): its text, line and offset."""
+
+    text: str
+    line: int
+    context: str
+    start: int
+
+
+def propose(root: Path, page: str, markdown: str, text: str, untied: list[Number]) -> PageResult:
+    """The ties for the `untied` numbers of `page` (`markdown`, and `text`, its prose with
+    code and generated blocks blanked: `studies.numbers.prose`); nothing is written.
+    `studies.numbers.tie` writes them."""
     heads = sections(text)
     cited = cited_files(root, page, markdown)
-    untied = N.untied(root, page, entry)
-    first: dict[str, N.Found] = {}
+    first: dict[str, Number] = {}
     for f in untied:
         first.setdefault(f.text, f)
     ties: dict[str, Match] = {}
@@ -575,32 +582,6 @@ def write_ties(path: Path, page: str, lines: list[str], budget: int) -> None:
 def aliases(text: str) -> dict[str, str]:
     """The file anchors at the head of docs/numbers.yaml ("G: &G benchmarks/results/gpu.json")."""
     return {m.group(2): m.group(1) for m in re.finditer(r"(?m)^\w+: &(\w+) (\S+)$", text)}
-
-
-def tie(root: Path, page_names: list[str], source: Path | None = None, write: bool = True):
-    """Propose and (with `write`) write the ties of `page_names`; returns their results."""
-    import yaml
-
-    path = source or root / "docs" / "numbers.yaml"
-    results = []
-    for page in page_names:
-        spec = yaml.safe_load(path.read_text())["pages"]
-        entry = spec.get(page) or {}
-        result = propose(root, page, entry)
-        results.append(result)
-        if not write or (not result.ties and entry.get("untied") == result.untied_after):
-            continue
-        names = aliases(path.read_text())
-        lines = [
-            entry_line(label, value_spec(m, printed(label, "")), names)
-            for label, m in result.ties.items()
-        ]
-        write_ties(path, page, lines, result.untied_after)
-        check = (yaml.safe_load(path.read_text())["pages"][page] or {}).get("numbers") or {}
-        for label in result.ties:
-            got = C.Value(name=label, **check[label])
-            assert math.isclose(got.rounded(C.measured(got, root)), got.value, abs_tol=1e-12)
-    return results
 
 
 def report(results: list[PageResult]) -> str:

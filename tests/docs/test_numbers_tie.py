@@ -1,5 +1,6 @@
-"""The tie proposer of docs/numbers.yaml (`python -m studies.numbers --tie`): a tiny page and a
-tiny JSON file in tmp_path; what it ties, how it writes the YAML, what it leaves and reports."""
+"""The tie proposer of docs/numbers.yaml (`python -m studies.numbers --tie`,
+`studies.numbers_tie`): a tiny page and a tiny JSON file in tmp_path; what it ties, how it
+writes the YAML, what it leaves and reports."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def _spec(tmp_path) -> dict:
 
 def test_ties_by_decimals_and_percent_leaves_small_integers_and_reports_unmatched(tmp_path):
     _repo(tmp_path, PAGE, DATA, budget=4)
-    (result,) = T.tie(tmp_path, ["docs/a.md"])
+    (result,) = N.tie(tmp_path, ["docs/a.md"])
     entry = _spec(tmp_path)["docs/a.md"]
     assert entry["numbers"] == {
         "0.521": {"file": "docs/results/r.json", "path": "val_loss", "value": 0.521, "digits": 3},
@@ -65,19 +66,19 @@ def test_ties_by_decimals_and_percent_leaves_small_integers_and_reports_unmatche
 
 def test_the_yaml_keeps_comments_anchors_and_other_pages_and_a_rerun_changes_nothing(tmp_path):
     _repo(tmp_path, PAGE, DATA, budget=4)
-    T.tie(tmp_path, ["docs/a.md"])
+    N.tie(tmp_path, ["docs/a.md"])
     text = (tmp_path / "docs" / "numbers.yaml").read_text()
     assert text.startswith(HEAD)
     assert '"0.521": {file: *R, path: val_loss, value: 0.521, digits: 3}' in text
     assert text.endswith("  docs/b.md:\n    untied: 0\n")
-    (again,) = T.tie(tmp_path, ["docs/a.md"])
+    (again,) = N.tie(tmp_path, ["docs/a.md"])
     assert again.ties == {} and (tmp_path / "docs" / "numbers.yaml").read_text() == text
 
 
 def test_existing_entries_are_kept_and_not_proposed_again(tmp_path):
     entry = '    numbers:\n      "0.521": {file: *R, path: val_loss, value: 0.521, digits: 3}\n'
     _repo(tmp_path, PAGE, DATA, budget=3, entry=entry)
-    (result,) = T.tie(tmp_path, ["docs/a.md"])
+    (result,) = N.tie(tmp_path, ["docs/a.md"])
     assert list(result.ties) == ["52.1"]
     assert list(_spec(tmp_path)["docs/a.md"]["numbers"]) == ["0.521", "52.1"]
 
@@ -85,7 +86,7 @@ def test_existing_entries_are_kept_and_not_proposed_again(tmp_path):
 def test_scientific_notation_ties_by_significant_digits_and_k_by_thousands(tmp_path):
     page = "See `docs/results/r.json`: a kl of 9.6e-4 at 362k tokens/s.\n"
     _repo(tmp_path, page, {"kl": 0.000957, "tokens_per_s": 362104.0}, budget=2)
-    (result,) = T.tie(tmp_path, ["docs/a.md"])
+    (result,) = N.tie(tmp_path, ["docs/a.md"])
     numbers = _spec(tmp_path)["docs/a.md"]["numbers"]
     assert numbers["9.6e-4"] == {
         "file": "docs/results/r.json",
@@ -122,7 +123,7 @@ def test_the_rules_against_a_tie_to_another_quantity(tmp_path):
         "units": [{"gap_train": 0.1849}, {"gap_val": 0.1852}],  # two quantities, one print
     }
     _repo(tmp_path, page, data, budget=4)
-    result = T.propose(tmp_path, "docs/a.md", _spec(tmp_path)["docs/a.md"])
+    (result,) = N.tie(tmp_path, ["docs/a.md"], write=False)
     assert result.ties == {}
     assert sorted(result.no_word) == ["0.18", "0.322"]
     assert result.ambiguous == ["0.185"]
