@@ -19,6 +19,9 @@ fenced and indented code, inline code and generated blocks) that is neither
 
 `python -m studies.numbers` resets every page's budget to its count today: for the lead
 after merging branches whose new numbers were reviewed, never to silence a new one.
+`python -m studies.numbers --tie PAGE ...` (or `--tie-all`) ties a page's untied numbers to the
+JSON files it cites where a leaf prints as the number and its key says what the number is
+(`studies.numbers_tie`), lowers the budgets and reports the numbers that match no cited JSON.
 
 A number is its text as printed ("47.7", "1,064,960", "−0.204"); the sign is dropped, so one
 entry ties "0.204" wherever it appears on that page.
@@ -29,6 +32,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import logging
+import math
 import operator
 import re
 from dataclasses import dataclass
@@ -77,11 +81,13 @@ _DATE_TIME = re.compile(
 
 @dataclass(frozen=True)
 class Found:
-    """One number of a page's prose: its text (no sign), the line, the text around it."""
+    """One number of a page's prose: its text (no sign), the line, the text around it, and
+    its offset in the page (characters)."""
 
     text: str
     line: int
     context: str
+    start: int = -1
 
 
 def prose(markdown: str) -> str:
@@ -151,7 +157,7 @@ def numbers(markdown: str) -> list[Found]:
             continue  # zero and one as words
         lineno = next(i for i in range(len(line_starts) - 1, -1, -1) if line_starts[i] <= start)
         context = markdown[max(0, start - 30) : end + 10].replace("\n", " ")
-        out.append(Found(number, lineno + 1, context))
+        out.append(Found(number, lineno + 1, context, start))
     return out
 
 
@@ -296,14 +302,72 @@ def write_budgets(root: Path, source: Path | None = None) -> dict[str, tuple[int
     return changed
 
 
+def tie(
+    root: Path, page_names: list[str], source: Path | None = None, write: bool = True
+) -> list[Any]:
+    """Propose the ties of the untied numbers of `page_names` (`studies.numbers_tie`) and, with
+    `write`, write them into docs/numbers.yaml (`source`) with the pages' lowered budgets;
+    each written entry is checked against its JSON. Returns the pages' `PageResult`s."""
+    import yaml
+
+    from studies import claims as C
+    from studies import numbers_tie as T
+
+    path = source or root / "docs" / "numbers.yaml"
+    results = []
+    for page in page_names:
+        entry = yaml.safe_load(path.read_text())["pages"].get(page) or {}
+        markdown = (root / page).read_text()
+        result = T.propose(root, page, markdown, prose(markdown), untied(root, page, entry))
+        results.append(result)
+        if not write or (not result.ties and entry.get("untied") == result.untied_after):
+            continue
+        names = T.aliases(path.read_text())
+        lines = [
+            T.entry_line(label, T.value_spec(m, T.printed(label, "")), names)
+            for label, m in result.ties.items()
+        ]
+        T.write_ties(path, page, lines, result.untied_after)
+        check = (yaml.safe_load(path.read_text())["pages"][page] or {}).get("numbers") or {}
+        for label in result.ties:
+            got = C.Value(name=label, **check[label])
+            assert math.isclose(got.rounded(C.measured(got, root)), got.value, abs_tol=1e-12)
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m studies.numbers`: reset the pages' untied budgets in docs/numbers.yaml
-    to today's counts (after a reviewed merge); each change is logged."""
+    to today's counts (after a reviewed merge); each change is logged. With `--tie PAGE ...`
+    or `--tie-all`: propose ties of the pages' untied numbers to the JSON files they cite,
+    write them and lower the budgets (`studies.numbers_tie`), and print a report."""
     import argparse
+    import json
 
     ap = argparse.ArgumentParser(prog="python -m studies.numbers", description=__doc__)
     ap.add_argument("--root", type=Path, default=ROOT)
+    ap.add_argument("--tie", nargs="+", metavar="PAGE", help="tie the untied numbers of PAGEs")
+    ap.add_argument("--tie-all", action="store_true", help="tie the untied numbers of every page")
+    ap.add_argument("--dry-run", action="store_true", help="with --tie: report, write nothing")
+    ap.add_argument(
+        "--unmatched", type=Path, metavar="FILE", help="with --tie: write the unmatched as JSON"
+    )
     args = ap.parse_args(argv)
+    if args.tie or args.tie_all:
+        from studies import numbers_tie
+
+        known = [str(p.relative_to(args.root)) for p in pages(args.root)]
+        chosen = known if args.tie_all else []
+        for name in args.tie or []:
+            page = next((k for k in known if name in (k, f"docs/{name}")), None)
+            if page is None:
+                ap.error(f"--tie: no page {name!r} (README.md or docs/*.md)")
+            chosen.append(page)
+        results = tie(args.root, chosen, write=not args.dry_run)
+        print(numbers_tie.report(results))
+        if args.unmatched:
+            unmatched = {r.page: r.unmatched for r in results if r.unmatched}
+            args.unmatched.write_text(json.dumps(unmatched, indent=1, ensure_ascii=False) + "\n")
+        return 0
     for page, (old, new) in write_budgets(args.root).items():
         logging.getLogger(__name__).warning("%s: untied budget %d -> %d", page, old, new)
     return 0
