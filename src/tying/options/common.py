@@ -15,10 +15,10 @@ TASK_NAMES: tuple[str, ...] = ("gsm8k", "svamp", "mbpp", "humaneval")
 
 def contradictions(options: Any) -> list[str]:
     """Settings of a run's options that are valid but cannot all take effect with its step
-    schedule (one sentence each), for the CLI to warn about: a warm-up, an evaluation interval
-    or a checkpoint interval longer than the run. The one check of every verb with a step
-    schedule (`TrainConfig`, `FinetuneOptions`: any object with `max_steps` and some of
-    `warmup_steps`, `lr`, `eval_every`, `checkpoint_every`); no `max_steps` (null: the length
+    schedule (one sentence each), for the CLI to warn about: a warm-up or an evaluation
+    interval longer than the run. The one check of every verb with a step schedule
+    (`TrainConfig`, `FinetuneOptions`: any object with `max_steps` and some of `warmup_steps`,
+    `lr`, `eval_every`); no `max_steps` (null: the length
     follows the data) -> nothing to check."""
     max_steps = getattr(options, "max_steps", None)
     if max_steps is None or max_steps < 1:
@@ -41,10 +41,6 @@ def contradictions(options: Any) -> list[str]:
         out.append(
             f"eval_every={eval_every} > max_steps={max_steps}: validation runs only at the end"
         )
-    checkpoint_every = getattr(options, "checkpoint_every", 0) or 0
-    if checkpoint_every > max_steps:
-        out.append(
-            f"checkpoint_every={checkpoint_every} > max_steps={max_steps}: the only checkpoint "
-            "is the final one"
-        )
+    # A checkpoint interval longer than the run is no contradiction: the final step is always
+    # checkpointed, so nothing the user asked for is lost.
     return out
