@@ -14,7 +14,10 @@ and per seed s the unit's difference d_s = consistency(PIT, s) − consistency(T
 per-seed differences; the claims generator judges the row from them by its one rule.
 
     python -m studies.layer_consistency configs/experiments/layer_consistency.yaml \
-        [--tokens 16384] [--out docs/results/layer_consistency.json]
+        [seeds=[0,1]] [--tokens 16384] [--out docs/results/layer_consistency.json]
+
+`key=value` overrides of the config (e.g. `seeds=[0,1]`) measure part of a grid: the seeds
+whose TT and PIT runs were trained.
 """
 
 from __future__ import annotations
@@ -68,12 +71,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("config", help="the experiment config whose grid was trained")
+    parser.add_argument(
+        "overrides", nargs="*", help="key=value overrides of the config, e.g. seeds=[0,1]"
+    )
     parser.add_argument("--tokens", type=int, default=16384, help="positions per model")
     parser.add_argument("--k", type=int, default=10, help="tokens per top-k set")
     parser.add_argument("--out", default="docs/results/layer_consistency.json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    cfg = load_experiment(args.config)
+    cfg = load_experiment(args.config, args.overrides)
     seq_len = int(cfg.train.get("seq_len", 256))
     runs = []
     for spec in cfg.runs():
@@ -103,6 +109,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "what": "layerwise consistency (docs/metrics.md): PIT − TT per seed, positive = PIT "
         "more consistent (the paper's direction)",
         "config": args.config,
+        "overrides": args.overrides,
         "tokens": args.tokens,
         "k": args.k,
         "machine": {

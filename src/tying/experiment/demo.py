@@ -41,9 +41,9 @@ from tying.experiment.config import (
 )
 from tying.options.demo import (
     DEMO_TOKENS,
-    DEMO_TOKENS_CPU_FP32,
+    DEMO_TOKENS_CPU,
     DEMO_UPDATE_LIMIT,
-    DEMO_UPDATE_LIMIT_CPU_FP32,
+    DEMO_UPDATE_LIMIT_CPU,
 )
 from tying.options.demo import DemoOptions as DemoOptions
 
@@ -102,25 +102,24 @@ def demo_updates(o: DemoOptions) -> UpdateSettings:
 
 
 def resolve_budget(o: DemoOptions) -> DemoOptions:
-    """`budget` and `update_limit` as numbers: "auto" is the full demo, or half of it where
-    training runs in fp32 on the CPU (no fast bf16, or `precision: fp32`), said in a warning.
-    Measured (benchmarks/results/pit_step_time_teacher.json): the full demo took 16 min 50 s
-    in fp32 on 2 cores, with fp32 steps 1.6-1.8x as long as bf16 ones.
+    """`budget` and `update_limit` as numbers: "auto" is the full demo on a GPU and half of it
+    on a CPU, said in the log. Measured from a fresh clone on 2 cores
+    (benchmarks/results/make_demo.json): the full demo took 15 min 24 s in bf16 on a CPU with
+    fast bf16, and the half demo 14 min 31 s in fp32.
     """
-    from tying.devices import resolve_device, resolve_precision
+    from tying.devices import resolve_device
 
-    device = resolve_device("auto")
-    slow = device.type == "cpu" and resolve_precision(o.precision, device) == "fp32"
+    on_cpu = resolve_device("auto").type == "cpu"
     full = {"budget": DEMO_TOKENS, "update_limit": DEMO_UPDATE_LIMIT}
-    auto = {"budget": DEMO_TOKENS_CPU_FP32, "update_limit": DEMO_UPDATE_LIMIT_CPU_FP32}
-    chosen = {k: (auto if slow else full)[k] for k in full if getattr(o, k) == "auto"}
-    if slow and chosen:
-        log.warning(
-            "this CPU trains in fp32 (no fast bf16, see `tying info`): the demo runs "
+    cpu = {"budget": DEMO_TOKENS_CPU, "update_limit": DEMO_UPDATE_LIMIT_CPU}
+    chosen = {k: (cpu if on_cpu else full)[k] for k in full if getattr(o, k) == "auto"}
+    if on_cpu and chosen:
+        log.info(
+            "on a CPU the demo runs "
             + ", ".join(f"{k} {v}" for k, v in chosen.items())
-            + " instead of "
+            + " (a GPU runs "
             + ", ".join(f"{k} {full[k]}" for k in chosen)
-            + " to stay within 15 minutes; set "
+            + ") to stay within 15 minutes on 2 cores; set "
             + " and ".join(f"{k} {full[k]}" for k in chosen)
             + " for the full demo"
         )

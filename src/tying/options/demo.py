@@ -7,12 +7,12 @@ from typing import Literal
 
 from tying.options.common import Precision
 
-#: Token budget per run (`budget: auto`), and on a CPU that trains in fp32 (no fast bf16).
+#: Token budget per run (`budget: auto`) on a GPU, and on a CPU.
 DEMO_TOKENS = 24_576
-DEMO_TOKENS_CPU_FP32 = 12_288
-#: Items of the update step's evaluation (`update_limit: auto`), and on such a CPU.
+DEMO_TOKENS_CPU = 12_288
+#: Items of the update step's evaluation (`update_limit: auto`) on a GPU, and on a CPU.
 DEMO_UPDATE_LIMIT = 2
-DEMO_UPDATE_LIMIT_CPU_FP32 = 1
+DEMO_UPDATE_LIMIT_CPU = 1
 
 
 @dataclass
@@ -23,8 +23,8 @@ class DemoOptions:
         model: the teacher (smollm2, a .gguf, a transformers folder or a hub id).
         data: training text (null = a few Gutenberg training books).
         val_data: validation and lens text (null = Gutenberg validation).
-        budget: training tokens per run; auto = 24,576, or 12,288 where training runs in fp32
-            on the CPU (no fast bf16: `tying info`), so that the demo stays within 15 minutes.
+        budget: training tokens per run; auto = 24,576 on a GPU, 12,288 on a CPU (with or
+            without fast bf16), so that the demo stays within 15 minutes on 2 cores.
         steps: optimizer steps (overrides `budget`; null = from the budget).
         out: output folder (report.html, report.md, report.json, runs/).
         seq_len: tokens per window.
@@ -37,7 +37,7 @@ class DemoOptions:
             gsm8k or a .jsonl file of {"prompt", "completion"}).
         update_steps: LoRA steps of each update (0 = no update step).
         update_limit: seeded items of `update_task` on which both runs are evaluated before and
-            after their update; auto = 2, or 1 in fp32 on the CPU (as `budget`).
+            after their update; auto = 2 on a GPU, 1 on a CPU (as `budget`).
         side_effect_tokens: positions of WikiText-2 (test) on which each update's side effects
             are measured (KL, loss change, top-1 agreement; the lens profile on one window).
         progress: show progress bars.
