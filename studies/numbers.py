@@ -22,6 +22,9 @@ after merging branches whose new numbers were reviewed, never to silence a new o
 `python -m studies.numbers --tie PAGE ...` (or `--tie-all`) ties a page's untied numbers to the
 JSON files it cites where a leaf prints as the number and its key says what the number is
 (`studies.numbers_tie`), lowers the budgets and reports the numbers that match no cited JSON.
+`python -m studies.numbers --tie-defaults PAGE ...` (or `--tie-defaults-all`) ties them to the
+code's defaults instead (`defaults:`), where the words around every occurrence of the number
+name a field or constant of that value (`studies.numbers_defaults`).
 
 A number is its text as printed ("47.7", "1,064,960", "−0.204"); the sign is dropped, so one
 entry ties "0.204" wherever it appears on that page.
@@ -292,7 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, default=ROOT)
     ap.add_argument("--tie", nargs="+", metavar="PAGE", help="tie the untied numbers of PAGEs")
     ap.add_argument("--tie-all", action="store_true", help="tie the untied numbers of every page")
-    ap.add_argument("--dry-run", action="store_true", help="with --tie: report, write nothing")
+    ap.add_argument(
+        "--dry-run", action="store_true", help="with --tie(-defaults): report, write nothing"
+    )
     ap.add_argument(
         "--unmatched", type=Path, metavar="FILE", help="with --tie: write the unmatched as JSON"
     )
@@ -307,7 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.tie_defaults or args.tie_defaults_all:
         from studies import numbers_defaults
 
-        chosen = _chosen(ap, args.root, args.tie_defaults or [], args.tie_defaults_all)
+        chosen = _chosen(
+            ap, args.root, args.tie_defaults or [], args.tie_defaults_all, "--tie-defaults"
+        )
         found = tie_defaults(args.root, chosen, write=not args.dry_run)
         print(numbers_defaults.report(found))
         return 0
@@ -326,14 +333,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _chosen(ap: Any, root: Path, names: list[str], every: bool) -> list[str]:
-    """The pages named on the command line (README.md or docs/*.md), or all of them."""
+def _chosen(ap: Any, root: Path, names: list[str], every: bool, flag: str = "--tie") -> list[str]:
+    """The pages named after `flag` on the command line (README.md or docs/*.md), or all."""
     known = [str(p.relative_to(root)) for p in pages(root)]
     chosen = known if every else []
     for name in names:
         page = next((k for k in known if name in (k, f"docs/{name}")), None)
         if page is None:
-            ap.error(f"--tie: no page {name!r} (README.md or docs/*.md)")
+            ap.error(f"{flag}: no page {name!r} (README.md or docs/*.md)")
         chosen.append(page)
     return chosen
 

@@ -322,3 +322,10 @@ def test_field_words_keep_plurals_and_drop_generic_parts():
     assert D.field_words("global_batch_tokens") == {"global_batch_tokens", "global", "batch"}
     assert "layer" not in D.field_words("n_layers")
     assert D.sentence_words("a warm-up of 4 layers") >= {"warmup", "layers", "layer"}
+
+
+def test_a_page_that_is_not_a_page_is_bad_input_for_tie_defaults(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        N.main(["--root", str(tmp_path), "--tie-defaults", "nope.md"])
+    assert e.value.code == 2
+    assert "--tie-defaults: no page 'nope.md'" in capsys.readouterr().err
