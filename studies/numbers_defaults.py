@@ -258,12 +258,14 @@ _CLAUSE_STOP = ",;:()[]{}|.!?"
 class Occurrence:
     """What names the number at one place of a page: the words of its clause (a table cell:
     its row's head, cell and column header), the single letter right before it ("d 768",
-    "V = 50,257"), the words of its whole sentence (for the dataclass a field belongs to)
-    and the unit words a field must hold (a number followed by "s", "%", "MiB" ...)."""
+    "V = 50,257"), the words of its whole sentence (for a preset's name), the words of the
+    page's name and section heading (for the dataclass a field belongs to) and the unit words a field must hold (a number followed by "s", "%", "MiB" ...)."""
 
     words: frozenset[str]
     sentence: frozenset[str]
     unit: frozenset[str] | None = None
+    #: the words of the page's name and its section's heading (`topic`)
+    topic: frozenset[str] = frozenset()
 
 
 def occurrence(markdown: str, start: int, length: int) -> Occurrence:
@@ -332,8 +334,9 @@ def matches(defaults: list[Default], value: float, occ: Occurrence) -> list[Defa
     """The defaults of `value` that the occurrence `occ` names, best first (most field words
     shared, a single letter counting half); only the best level is returned. A field of a
     named only by words that fields of other dataclasses have too ("lr", "batch") is named
-    only where the sentence, its section's heading or the page's name also names its
-    dataclass ("train", "fine-tune", "fit"); a number followed by a unit only by a field
+    only where the clause, its section's heading or the page's name also names its
+    dataclass ("train", "fine-tune", "fit"; a dataclass named elsewhere in a long sentence
+    may be another step of it: the demo's "batch 4" is not the side effects' batch_size); a number followed by a unit only by a field
     whose name holds the unit ("timeout_s")."""
     words = occ.words
     named = PRESET_NAMES & (words | occ.sentence)
@@ -347,7 +350,7 @@ def matches(defaults: list[Default], value: float, occ: Occurrence) -> list[Defa
         if occ.unit is not None and not occ.unit & set(last.split("_")):
             continue
         shared = d.words & words
-        if shared and shared <= d.common and not d.owner & occ.sentence:
+        if shared and shared <= d.common and not d.owner & (words | occ.topic):
             continue  # "lr", "batch": a word of fields of several dataclasses, not its own
         if shared:
             score = sum(0.5 if len(w) == 1 else 1.0 for w in shared)
@@ -399,7 +402,7 @@ def propose(
         per = []
         for f in found:
             occ = occurrence(markdown, f.start, len(label))
-            occ = replace(occ, sentence=occ.sentence | topic(page, markdown, f.start))
+            occ = replace(occ, topic=topic(page, markdown, f.start))
             per.append(matches(defaults, value, occ))
         if not any(per):
             value_only.append(label)

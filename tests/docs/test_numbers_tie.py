@@ -253,7 +253,7 @@ def fake_defaults(tmp_path, monkeypatch):
     pkg.mkdir(parents=True)
     (pkg.parent / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
-    (pkg / "run.py").write_text(FAKE)
+    (pkg / "knobs.py").write_text(FAKE)
     monkeypatch.syspath_prepend(str(tmp_path))
     return D.collect("pkg_fake_defaults", ("pkg_fake_defaults.options",))
 
@@ -261,7 +261,7 @@ def fake_defaults(tmp_path, monkeypatch):
 def test_collect_reads_fields_constants_and_dict_leaves_that_code_default_reads_back(
     fake_defaults,
 ):
-    got = {d.name.removeprefix("pkg_fake_defaults.options.run."): d.value for d in fake_defaults}
+    got = {d.name.removeprefix("pkg_fake_defaults.options.knobs."): d.value for d in fake_defaults}
     assert got == {
         "WARMUP_BLOCK": 4,
         "TABLE.small.width": 768,
@@ -293,6 +293,8 @@ def _found(page: str, label: str) -> list[N.Found]:
         # "lr" alone is a word of two dataclasses: the sentence (or heading) must name the one
         ("Adam with lr 2e-3 here.", "2e-3", None),
         ("Each fit runs Adam with lr 5e-4.", "5e-4", ["FitOptions.lr"]),
+        # ... in the number's own clause: a dataclass named elsewhere may be another step
+        ("Training ends (then Adam with lr 2e-3 runs).", "2e-3", None),
         # a unit the field's name does not hold: seconds, not steps
         ("The cache is warm-up after 20 s.", "20", None),
         # "layer 4" is a position, not a count of layers
@@ -306,7 +308,7 @@ def _found(page: str, label: str) -> list[N.Found]:
 def test_the_words_of_the_clause_decide(fake_defaults, sentence, label, names):
     page = f"# Setup\n\n{sentence}\n"  # the heading names no dataclass
     (result,) = [D.propose("docs/a.md", page, _found(page, label), fake_defaults)]
-    prefix = "pkg_fake_defaults.options.run."
+    prefix = "pkg_fake_defaults.options.knobs."
     expected = {label: [prefix + n for n in names]} if names else {}
     assert result.ties == expected, result
 
