@@ -9,7 +9,7 @@ way `studies.numbers.code_default` checks them: with `ast`, nothing imported.
 1. The candidates (`collect`): the numeric defaults of the dataclass fields of the modules
    under `DATACLASS_MODULES` (the options layer and the decoder's `ModelConfig`), the
    module-level UPPER_CASE numeric constants of every module of the package, and the numeric
-   leaves of its UPPER_CASE dict constants (`tying.decoder.presets.PRESETS.tiny.d_model`).
+   leaves of the dict constants of `DICT_CONSTANTS` (`tying.decoder.presets.PRESETS.tiny.d_model`).
    Booleans, negative values and values of ≤ 0 are left out (a page prints no sign that the
    check of tests/docs/test_numbers.py could compare).
 2. A default matches one occurrence of a number when its value is the printed value exactly
@@ -41,6 +41,9 @@ from studies.code_source import assigned, constant
 
 #: The modules (dotted prefixes) whose dataclass fields are candidates.
 DATACLASS_MODULES = ("tying.options", "tying.decoder.config")
+#: The dict constants whose numeric leaves are candidates (other dicts, such as the example
+#: budget's `TINY`, hold the settings of one small run, whose words name nothing a page means).
+DICT_CONSTANTS = ("PRESETS",)
 #: The names of the presets (`tying.decoder.presets.PRESETS`): a sentence that names one
 #: excludes the leaves of the others.
 PRESET_NAMES = frozenset({"tiny", "mini", "small", "medium", "large", "xl"})
@@ -106,7 +109,7 @@ def field_words(field_name: str) -> frozenset[str]:
     part stays plural: "layer 4" names a position); "global_batch_tokens" -> {"global_batch_tokens", "global",
     "batch"}; "LR_WARMUP" -> {"lr_warmup", "lr", "learning", "warmup", "warm"}."""
     name = field_name.lower()
-    out = {name} | SYNONYMS.get(name, frozenset())
+    out = ({name} - GENERIC) | SYNONYMS.get(name, frozenset())  # "tokens" alone says nothing
     if "_" not in name:
         out |= {p.lower() for p in re.findall(r"[A-Z]?[a-z0-9]+", field_name)} - GENERIC
     for part in name.split("_"):
@@ -169,7 +172,7 @@ def collect(
             return
         if _numeric(value):
             out.append(Default(name, float(value), field_words(last), owner=owner))
-        elif isinstance(value, dict) and _UPPER.fullmatch(last):
+        elif isinstance(value, dict) and last in DICT_CONSTANTS:
             _dict_leaves(name, value, out)
 
     for module, path in _modules(package):
@@ -228,7 +231,7 @@ def owner_words(module: str, cls: str) -> frozenset[str]:
 
 
 def _dict_leaves(name: str, value: dict, out: list[Default]) -> None:
-    """The numeric leaves of an UPPER_CASE dict constant, two levels deep at most
+    """The numeric leaves of a dict constant of `DICT_CONSTANTS`, two levels deep at most
     (`PRESETS.tiny.d_model`); a preset's leaf remembers its preset."""
     for k, v in value.items():
         if not isinstance(k, str) or not re.fullmatch(r"\w+", k):

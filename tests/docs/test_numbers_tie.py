@@ -230,7 +230,8 @@ FAKE = """
 import dataclasses
 
 WARMUP_BLOCK = 4
-TABLE = {"small": {"width": 768}}
+PRESETS = {"small": {"width": 768}}
+BUDGET = {"units": 3}
 
 @dataclasses.dataclass
 class TrainOptions:
@@ -243,6 +244,7 @@ class TrainOptions:
 class FitOptions:
     lr: float = 5e-4
     check_tokens: int = dataclasses.field(default=1024)
+    tokens: int = 1024
     names: list = dataclasses.field(default_factory=list)
 """
 
@@ -264,14 +266,15 @@ def test_collect_reads_fields_constants_and_dict_leaves_that_code_default_reads_
     got = {d.name.removeprefix("pkg_fake_defaults.options.knobs."): d.value for d in fake_defaults}
     assert got == {
         "WARMUP_BLOCK": 4,
-        "TABLE.small.width": 768,
+        "PRESETS.small.width": 768,
         "TrainOptions.lr": 2e-3,
         "TrainOptions.warmup_steps": 20,
         "TrainOptions.n_layers": 4,
         "TrainOptions.timeout_s": 30,
         "FitOptions.lr": 5e-4,
         "FitOptions.check_tokens": 1024,
-    }
+        "FitOptions.tokens": 1024,
+    }  # BUDGET, a dict constant not in DICT_CONSTANTS, is not read
     for d in fake_defaults:
         assert N.code_default(d.name) == d.value
     common = {d.name.rsplit(".", 2)[-2]: d.common for d in fake_defaults if d.name.endswith(".lr")}
@@ -302,7 +305,10 @@ def _found(page: str, label: str) -> list[N.Found]:
         # the field's word belongs to another number of the clause
         ("The lr is 2e-3 at first, and after 20 steps it decays.", "20", None),
         # a dict leaf of a named row
-        ("The small table's width is 768.", "768", ["TABLE.small.width"]),
+        ("The small preset's width is 768.", "768", ["PRESETS.small.width"]),
+        ("The tiny preset's width is 768.", "768", None),  # another preset's leaf
+        # a field whose whole name is a generic word ("tokens") is not named by it
+        ("It reads 1,024 tokens a step.", "1,024", None),
     ],
 )
 def test_the_words_of_the_clause_decide(fake_defaults, sentence, label, names):
