@@ -75,6 +75,9 @@ SYNONYMS: dict[str, frozenset[str]] = {
     "temperature": frozenset({"temperature", "τ"}),
     "alpha": frozenset({"alpha", "α"}),
 }
+#: Field words that name other things too, so that a sentence must also name the field's
+#: dataclass ("8 ranks" of a GPU run are not the LoRA rank of `FinetuneOptions.rank`).
+AMBIGUOUS = frozenset({"rank"})
 #: Characters of a prose sentence before / after a number that name its field.
 WINDOW_BEFORE = 60
 WINDOW_AFTER = 30
@@ -198,7 +201,9 @@ def collect(
             for w in d.words:
                 owners.setdefault(w, set()).add(d.name.rsplit(".", 1)[0])
     return [
-        replace(d, common=frozenset(w for w in d.words if len(owners[w]) > 1)) if d.owner else d
+        replace(d, common=frozenset(w for w in d.words if len(owners[w]) > 1 or w in AMBIGUOUS))
+        if d.owner
+        else d
         for d in out
     ]
 

@@ -245,6 +245,7 @@ class FitOptions:
     lr: float = 5e-4
     check_tokens: int = dataclasses.field(default=1024)
     tokens: int = 1024
+    rank: int = 8
     names: list = dataclasses.field(default_factory=list)
 """
 
@@ -274,6 +275,7 @@ def test_collect_reads_fields_constants_and_dict_leaves_that_code_default_reads_
         "FitOptions.lr": 5e-4,
         "FitOptions.check_tokens": 1024,
         "FitOptions.tokens": 1024,
+        "FitOptions.rank": 8,
     }  # BUDGET, a dict constant not in DICT_CONSTANTS, is not read
     for d in fake_defaults:
         assert N.code_default(d.name) == d.value
@@ -309,6 +311,9 @@ def _found(page: str, label: str) -> list[N.Found]:
         ("The tiny preset's width is 768.", "768", None),  # another preset's leaf
         # a field whose whole name is a generic word ("tokens") is not named by it
         ("It reads 1,024 tokens a step.", "1,024", None),
+        # "rank" names other things too: the dataclass must be named
+        ("The GPU run used 8 ranks.", "8", None),
+        ("Each fit uses rank 8.", "8", ["FitOptions.rank"]),
     ],
 )
 def test_the_words_of_the_clause_decide(fake_defaults, sentence, label, names):
