@@ -22,6 +22,9 @@ after merging branches whose new numbers were reviewed, never to silence a new o
 `python -m studies.numbers --tie PAGE ...` (or `--tie-all`) ties a page's untied numbers to the
 JSON files it cites where a leaf prints as the number and its key says what the number is
 (`studies.numbers_tie`), lowers the budgets and reports the numbers that match no cited JSON.
+`python -m studies.numbers --tie-defaults PAGE ...` (or `--tie-defaults-all`) ties them to the
+code's defaults instead (`defaults:`), where the words around every occurrence of the number
+name a field or constant of that value (`studies.numbers_defaults`).
 
 A number is its text as printed ("47.7", "1,064,960", "−0.204"); the sign is dropped, so one
 entry ties "0.204" wherever it appears on that page.
@@ -29,17 +32,15 @@ entry ties "0.204" wherever it appears on that page.
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import logging
 import math
-import operator
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from studies import ROOT
+from studies.code_source import code_default as code_default  # re-exported: the test uses it
 
 #: Begin and end of a generated block (the claims table keeps its own markers).
 GENERATED = re.compile(
@@ -166,92 +167,6 @@ def pages(root: Path) -> list[Path]:
     return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
 
 
-_OPERATORS: dict[type, Any] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.Pow: operator.pow,
-    ast.LShift: operator.lshift,
-}
-
-
-def _constant(node: ast.AST) -> Any:
-    """The value of a constant expression of the source: literals, dicts, lists and
-    arithmetic on them (192 << 20, 2**24, -1e-3)."""
-    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
-        return _OPERATORS[type(node.op)](_constant(node.left), _constant(node.right))
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -_constant(node.operand)
-    if isinstance(node, ast.Dict):
-        return {_constant(k): _constant(v) for k, v in zip(node.keys, node.values, strict=True)}
-    if isinstance(node, (ast.List, ast.Tuple)):
-        return [_constant(e) for e in node.elts]
-    return ast.literal_eval(node)
-
-
-def _assigned(body: list[ast.stmt], name: str) -> ast.AST | None:
-    """The value node of `name = ...` / `name: T = ...` (a dataclass `field(default=...)`
-    gives its default) or the class `name`, among the statements `body`."""
-    for stmt in body:
-        if isinstance(stmt, ast.ClassDef) and stmt.name == name:
-            return stmt
-        targets = [stmt.target] if isinstance(stmt, ast.AnnAssign) else getattr(stmt, "targets", [])
-        value = getattr(stmt, "value", None)
-        if value is None or not any(isinstance(t, ast.Name) and t.id == name for t in targets):
-            continue
-        if isinstance(value, ast.Call):  # dataclasses.field(default=...)
-            default = next((k.value for k in value.keywords if k.arg == "default"), None)
-            if default is not None:
-                return default
-        return value
-    return None
-
-
-def _module_source(parts: list[str]) -> Path | None:
-    """The .py file of module `parts` (["tying", "options", "probe"]), found from its top
-    package's location without importing the packages between (they may import torch)."""
-    spec = importlib.util.find_spec(parts[0])
-    if spec is None:
-        return None
-    if len(parts) == 1:
-        return Path(spec.origin) if spec.origin and spec.origin.endswith(".py") else None
-    for root in spec.submodule_search_locations or []:
-        base = Path(root).joinpath(*parts[1:])
-        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-            if candidate.is_file():
-                return candidate
-    return None
-
-
-def code_default(name: str) -> Any:
-    """The value of a dotted name of the package, read from its source (nothing is imported,
-    so the check costs no torch import): a dataclass field's default
-    ("tying.options.finetune.FinetuneOptions.rank"), a module-level constant
-    ("tying.kernels.COMPILE_MIN_ELEMENTS") or a key of a module's dict
-    ("tying.decoder.presets.PRESETS.tiny.d_model").
-
-    Raises:
-        LookupError: no module, class, field, constant or key of that name.
-    """
-    parts = name.split(".")
-    for i in range(len(parts) - 1, 0, -1):
-        source = _module_source(parts[:i])
-        if source is None:
-            continue
-        node: Any = ast.parse(source.read_text())
-        rest = parts[i:]
-        while rest and isinstance(node, (ast.Module, ast.ClassDef)):
-            node = _assigned(node.body, rest.pop(0))
-            if node is None:
-                raise LookupError(f"{name}: no {parts[len(parts) - len(rest) - 1]!r}")
-        value = _constant(node)
-        for key in rest:
-            value = value[key]
-        return value
-    raise LookupError(f"{name}: no module")
-
-
 def untied(root: Path, page: str, entry: dict) -> list[Found]:
     """The numbers of `page` that are neither tied, nor a checked default, nor allowed by its
     `entry` of the YAML."""
@@ -335,6 +250,39 @@ def tie(
     return results
 
 
+def tie_defaults(
+    root: Path, page_names: list[str], source: Path | None = None, write: bool = True
+) -> list[Any]:
+    """Propose ties of the untied numbers of `page_names` to the defaults of the code
+    (`studies.numbers_defaults`) and, with `write`, write them into the pages' `defaults` in
+    docs/numbers.yaml (`source`) with the lowered budgets; each written name is read back
+    with `code_default` and checked against the printed number. Returns the pages'
+    `DefaultsResult`s."""
+    import yaml
+
+    from studies import numbers_defaults as D
+
+    path = source or root / "docs" / "numbers.yaml"
+    defaults = D.collect()
+    results = []
+    for page in page_names:
+        entry = yaml.safe_load(path.read_text())["pages"].get(page) or {}
+        markdown = (root / page).read_text()
+        result = D.propose(page, markdown, untied(root, page, entry), defaults)
+        results.append(result)
+        if not write or (not result.ties and entry.get("untied") == result.untied_after):
+            continue
+        lines = [D.entry_line(label, names) for label, names in result.ties.items()]
+        D.write_defaults(path, page, lines, result.untied_after)
+        check = (yaml.safe_load(path.read_text())["pages"][page] or {}).get("defaults") or {}
+        for label, names in result.ties.items():
+            written = check[label]
+            assert (written if isinstance(written, list) else [written]) == names, label
+            for name in names:
+                assert math.isclose(code_default(name), float(label.replace(",", ""))), name
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m studies.numbers`: reset the pages' untied budgets in docs/numbers.yaml
     to today's counts (after a reviewed merge); each change is logged. With `--tie PAGE ...`
@@ -347,21 +295,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, default=ROOT)
     ap.add_argument("--tie", nargs="+", metavar="PAGE", help="tie the untied numbers of PAGEs")
     ap.add_argument("--tie-all", action="store_true", help="tie the untied numbers of every page")
-    ap.add_argument("--dry-run", action="store_true", help="with --tie: report, write nothing")
+    ap.add_argument(
+        "--dry-run", action="store_true", help="with --tie(-defaults): report, write nothing"
+    )
     ap.add_argument(
         "--unmatched", type=Path, metavar="FILE", help="with --tie: write the unmatched as JSON"
     )
+    ap.add_argument(
+        "--tie-defaults",
+        nargs="+",
+        metavar="PAGE",
+        help="tie the untied numbers of PAGEs to the code's defaults (studies.numbers_defaults)",
+    )
+    ap.add_argument("--tie-defaults-all", action="store_true", help="--tie-defaults on every page")
     args = ap.parse_args(argv)
+    if args.tie_defaults or args.tie_defaults_all:
+        from studies import numbers_defaults
+
+        chosen = _chosen(
+            ap, args.root, args.tie_defaults or [], args.tie_defaults_all, "--tie-defaults"
+        )
+        found = tie_defaults(args.root, chosen, write=not args.dry_run)
+        print(numbers_defaults.report(found))
+        return 0
     if args.tie or args.tie_all:
         from studies import numbers_tie
 
-        known = [str(p.relative_to(args.root)) for p in pages(args.root)]
-        chosen = known if args.tie_all else []
-        for name in args.tie or []:
-            page = next((k for k in known if name in (k, f"docs/{name}")), None)
-            if page is None:
-                ap.error(f"--tie: no page {name!r} (README.md or docs/*.md)")
-            chosen.append(page)
+        chosen = _chosen(ap, args.root, args.tie or [], args.tie_all)
         results = tie(args.root, chosen, write=not args.dry_run)
         print(numbers_tie.report(results))
         if args.unmatched:
@@ -371,6 +331,18 @@ def main(argv: list[str] | None = None) -> int:
     for page, (old, new) in write_budgets(args.root).items():
         logging.getLogger(__name__).warning("%s: untied budget %d -> %d", page, old, new)
     return 0
+
+
+def _chosen(ap: Any, root: Path, names: list[str], every: bool, flag: str = "--tie") -> list[str]:
+    """The pages named after `flag` on the command line (README.md or docs/*.md), or all."""
+    known = [str(p.relative_to(root)) for p in pages(root)]
+    chosen = known if every else []
+    for name in names:
+        page = next((k for k in known if name in (k, f"docs/{name}")), None)
+        if page is None:
+            ap.error(f"{flag}: no page {name!r} (README.md or docs/*.md)")
+        chosen.append(page)
+    return chosen
 
 
 if __name__ == "__main__":
