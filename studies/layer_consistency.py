@@ -60,10 +60,30 @@ def measure_run(run_dir: Path, tokens: int, k: int, seq_len: int) -> dict[str, A
         loaded,
         batches,
         k=k,
-        candidates=len(loaded.tokenizer) if loaded.tokenizer is not None else None,
+        candidates=(
+            min(loaded.tokenizer.vocab_size, loaded.vocab_size)
+            if loaded.tokenizer is not None
+            else None
+        ),
         autocast=autocast_for(device, precision),
     )
-    return {**result.to_dict(), "precision": precision, "device": str(device)}
+    return {
+        **result.to_dict(),
+        "precision": precision,
+        "device": str(device),
+        "val_loss": final_val_loss(run_dir),
+    }
+
+
+def final_val_loss(run_dir: Path) -> float | None:
+    """The run's last validation loss (nats/token) from its metrics.jsonl, None without one:
+    how far training got, beside the consistency of the model it left."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    losses = [row["val_loss"] for row in rows if "val_loss" in row]
+    return losses[-1] if losses else None
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
