@@ -437,33 +437,20 @@ def write_defaults(path: Path, page: str, lines: list[str], budget: int) -> None
     """Add `lines` (entries of `defaults`) to `page`'s block of the YAML file at `path` (after
     its existing defaults, else after its `numbers`, else first) and set its `untied`
     budget; the rest of the file is kept as it is."""
-    text = path.read_text()
-    head = re.search(rf"(?m)^  {re.escape(page)}:\n", text)
-    if head is None:
-        text = text.rstrip("\n") + f"\n  {page}:\n"
-        head = re.search(rf"(?m)^  {re.escape(page)}:\n", text)
-        assert head is not None
-    nxt = re.search(r"(?m)^(?:  \S|\S)", text[head.end() :])
-    stop = head.end() + (nxt.start() if nxt else len(text) - head.end())
-    block = text[head.end() : stop]
-    trail = re.search(r"(?:^  #[^\n]*\n)+\Z", block, re.M)
-    tail = trail.group(0) if trail else ""
-    block = block[: len(block) - len(tail)]
-    if lines:
+
+    def insert(block: str) -> str:
+        if not lines:
+            return block
         new = "".join(f"{x}\n" for x in lines)
         existing = re.search(r"(?m)^    defaults:\n((?:      [^\n]*\n)*)", block)
         numbers = re.search(r"(?m)^    numbers:\n((?:      [^\n]*\n)*)", block)
         if existing is not None:
-            block = block[: existing.end()] + new + block[existing.end() :]
-        elif numbers is not None:
-            block = block[: numbers.end()] + "    defaults:\n" + new + block[numbers.end() :]
-        else:
-            block = "    defaults:\n" + new + block
-    if re.search(r"(?m)^    untied: \d+$", block):
-        block = re.sub(r"(?m)^    untied: \d+$", f"    untied: {budget}", block)
-    else:
-        block = block.rstrip("\n") + f"\n    untied: {budget}\n"
-    path.write_text(text[: head.end()] + block + tail + text[stop:])
+            return block[: existing.end()] + new + block[existing.end() :]
+        if numbers is not None:
+            return block[: numbers.end()] + "    defaults:\n" + new + block[numbers.end() :]
+        return "    defaults:\n" + new + block
+
+    T.update_page_block(path, page, insert, budget)
 
 
 def report(results: list[DefaultsResult]) -> str:

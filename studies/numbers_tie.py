@@ -56,7 +56,7 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -551,6 +551,24 @@ def entry_line(label: str, spec: dict[str, Any], aliases: dict[str, str]) -> str
 def write_ties(path: Path, page: str, lines: list[str], budget: int) -> None:
     """Append `lines` (entries of `numbers`) to `page`'s block of the YAML file at `path` and
     set its `untied` budget; the rest of the file is kept as it is."""
+
+    def insert(block: str) -> str:
+        if not lines:
+            return block
+        block = re.sub(r"(?m)^    numbers: \{\}\n", "    numbers:\n", block)
+        numbers = re.search(r"(?m)^    numbers:\n((?:      [^\n]*\n)*)", block)
+        new = "".join(f"{x}\n" for x in lines)
+        if numbers is None:
+            return "    numbers:\n" + new + block
+        return block[: numbers.end()] + new + block[numbers.end() :]
+
+    update_page_block(path, page, insert, budget)
+
+
+def update_page_block(path: Path, page: str, insert: Callable[[str], str], budget: int) -> None:
+    """Rewrite `page`'s block of the YAML file at `path` (created at the end if missing) by
+    `insert` (block text -> block text) and set its `untied` budget; the rest of the file,
+    the comment lines just above the next page included, is kept as it is."""
     text = path.read_text()
     head = re.search(rf"(?m)^  {re.escape(page)}:\n", text)
     if head is None:
@@ -563,15 +581,7 @@ def write_ties(path: Path, page: str, lines: list[str], budget: int) -> None:
     # a comment line just above the next page belongs to the next page
     trail = re.search(r"(?:^  #[^\n]*\n)+\Z", block, re.M)
     tail = trail.group(0) if trail else ""
-    block = block[: len(block) - len(tail)]
-    if lines:
-        block = re.sub(r"(?m)^    numbers: \{\}\n", "    numbers:\n", block)
-        numbers = re.search(r"(?m)^    numbers:\n((?:      [^\n]*\n)*)", block)
-        new = "".join(f"{x}\n" for x in lines)
-        if numbers is None:
-            block = "    numbers:\n" + new + block
-        else:
-            block = block[: numbers.end()] + new + block[numbers.end() :]
+    block = insert(block[: len(block) - len(tail)])
     if re.search(r"(?m)^    untied: \d+$", block):
         block = re.sub(r"(?m)^    untied: \d+$", f"    untied: {budget}", block)
     else:
