@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -44,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from timing import medians, round_robin, write_json
+from timing import cpu_model, medians, round_robin, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,17 +89,6 @@ def _before(lm, batches, chunk_tokens: int = 1024) -> list[float]:
                 sums[i] += target.kl_bits(logits).sum().double()
         count += n
     return (sums / count).tolist()
-
-
-def _cpu_model() -> str:
-    """The CPU's model name (Linux), else the machine type."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def _verb(src: Path, tokens: int, out: Path) -> float:
@@ -211,7 +199,7 @@ def main() -> None:
     result = {
         "benchmark": "logit lens of SmolLM2-135M vs its bf16 head products",
         "machine": {
-            "cpu": _cpu_model(),
+            "cpu": cpu_model(),
             "threads": args.threads,
             "torch": torch.__version__,
             "bf16_native": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),

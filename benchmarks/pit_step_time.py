@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from steps import project_step, train_config
-from timing import medians, round_robin, write_json
+from timing import cpu_description, medians, round_robin, write_json
 from tying.train.build import build_model
 
 VARIANTS: dict[str, list[str]] = {
@@ -63,29 +63,6 @@ def make_step(overrides: list[str], vocab: int, batches):
 
 #: `tying demo`'s step (`tying.experiment.demo.demo_config`): 2 micro-batches of 4 × 256.
 DEMO_SHAPE = {"batch": 4, "seq_len": 256, "accum": 2}
-
-
-def cpu_description() -> dict[str, object]:
-    """The CPU's model name, its bf16-relevant flags and the project's verdict on fast bf16."""
-    from tying.devices import cpu_bf16_support, cpu_flags
-
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    flags = cpu_flags() or set()
-    fast, why = cpu_bf16_support()
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-    return {
-        "model": model,
-        "flags": [f for f in wanted if f in flags],
-        "fast_bf16": fast,
-        "fast_bf16_why": why,
-    }
 
 
 def teacher_steps(args: argparse.Namespace) -> dict[str, object]:

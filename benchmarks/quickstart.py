@@ -30,7 +30,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from timing import write_json  # noqa: E402
+from timing import cpu_description, write_json  # noqa: E402
 
 PAGE = ROOT / "docs" / "quickstart.md"
 _FENCE = re.compile(r"^```(\S*)\s*$")
@@ -120,9 +120,6 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/quickstart.json"))
     args = parser.parse_args()
 
-    from tying.devices import cpu_bf16_support, cpu_flags
-
-    flags = cpu_flags() or set()
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
@@ -145,10 +142,8 @@ def main() -> None:
         "date": date.today().isoformat(),
         "commit": commit,
         "machine": {
-            "cpu": platform.processor() or platform.machine(),
+            "cpu": cpu_description(),
             "cores": os.cpu_count(),
-            "flags": sorted(f for f in flags if f.startswith(("avx", "amx"))),
-            "fast_bf16": cpu_bf16_support()[0],
             "python": platform.python_version(),
         },
         "environment": {k: v for k, v in os.environ.items() if k.startswith("TYING_")},

@@ -7,6 +7,7 @@ round, after a warm-up round, and compared by their medians.
 from __future__ import annotations
 
 import json
+import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -46,3 +47,30 @@ def write_json(result: dict[str, Any], out: str | Path) -> Path:
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path}")
     return path
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux), else the machine type."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
+def cpu_description() -> dict[str, object]:
+    """The CPU's model name, its bf16-relevant flags and the project's verdict on fast bf16
+    (`tying.devices.cpu_bf16_support`): what a CPU benchmark's JSON names its machine by."""
+    from tying.devices import cpu_bf16_support, cpu_flags
+
+    flags = cpu_flags() or set()
+    fast, why = cpu_bf16_support()
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+    return {
+        "model": cpu_model(),
+        "flags": [f for f in wanted if f in flags],
+        "fast_bf16": fast,
+        "fast_bf16_why": why,
+    }
