@@ -16,3 +16,17 @@ from pathlib import Path
 
 #: The repository's root (the checkout the studies read and write).
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def replace_block(markdown: str, begin: str, end: str, block: str) -> str:
+    """`markdown` with the text from the line `begin` through the line `end` (a page's
+    generated block, markers included) replaced by `block` (markers included).
+
+    Raises:
+        ValueError: `markdown` lacks one of the markers.
+    """
+    if begin not in markdown or end not in markdown.split(begin, 1)[1]:
+        raise ValueError(f"no generated block between {begin!r} and {end!r}")
+    head, rest = markdown.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return head + block + tail

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from studies import replace_block
 from tying.hf import convert, load
 from tying.interface.pit import PseudoInverseTying
 from tying.interface.resize import grow_interface
@@ -275,10 +276,7 @@ def render(results: dict[str, Any]) -> str:
 
 def write_docs(results: dict[str, Any], page: Path = DOCS) -> None:
     """Replace the block between BEGIN and END of `page` by `render(results)`."""
-    text = page.read_text()
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    page.write_text(head + render(results) + tail)
+    page.write_text(replace_block(page.read_text(), BEGIN, END, render(results)))
 
 
 def main() -> None:

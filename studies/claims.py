@@ -56,6 +56,7 @@ from typing import Any
 
 import yaml
 
+import studies
 from studies import ROOT
 
 #: The papers by their file prefix in ../shared/papers, and their names in the table.
@@ -450,11 +451,8 @@ def render(claims: list[Claim], root: Path | None = None) -> str:
 
 
 def replace_block(markdown: str, table: str) -> str:
-    if BEGIN not in markdown or END not in markdown:
-        raise ValueError("docs/results.md has no claims-table markers")
-    head, rest = markdown.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return head + table + tail
+    """docs/results.md with its claims table (BEGIN..END) replaced by `table`."""
+    return studies.replace_block(markdown, BEGIN, END, table)
 
 
 def main(argv: list[str] | None = None) -> int:

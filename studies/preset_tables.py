@@ -11,10 +11,9 @@ tests/docs/test_preset_tables.py checks that the page holds what `render` gives 
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
-from studies import ROOT
+from studies import ROOT, replace_block
 
 PAGE = ROOT / "docs" / "model.md"
 #: The vocabularies of the two tables: the paper's setting and the GPT-2 tokenizer's.
@@ -75,10 +74,7 @@ def _table_head(columns: list[str]) -> str:
 def write(page: Path = PAGE) -> None:
     """Replace the generated block of `page` by `render()`."""
     text = page.read_text(encoding="utf-8")
-    block = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
-    if not block.search(text):
-        raise SystemExit(f"{page}: no block between {BEGIN!r} and {END!r}")
-    page.write_text(block.sub(lambda _: f"{BEGIN}\n{render()}\n{END}", text), encoding="utf-8")
+    page.write_text(replace_block(text, BEGIN, END, f"{BEGIN}\n{render()}\n{END}"), "utf-8")
     print(f"wrote the preset tables of {page}")
 
 

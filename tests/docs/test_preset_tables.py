@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from studies import preset_tables as P
 
 
@@ -21,3 +23,11 @@ def test_write_is_idempotent(tmp_path) -> None:
     P.write(page)
     assert page.read_text(encoding="utf-8") == once
     assert once.startswith("before\n") and once.endswith("after\n") and "old" not in once
+
+
+def test_a_page_without_the_markers_is_refused(tmp_path) -> None:
+    page = tmp_path / "model.md"
+    page.write_text(f"{P.END}\nno begin marker\n{P.BEGIN}\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="no generated block"):
+        P.write(page)
+    assert page.read_text(encoding="utf-8") == f"{P.END}\nno begin marker\n{P.BEGIN}\n"
