@@ -244,6 +244,7 @@ def partial_report(root: Path, config: str) -> dict[str, Any]:
     from tying.errors import MissingFileError
     from tying.experiment import load_experiment
     from tying.experiment.update_units import base_records
+    from tying.experiment.updates import unit_base_name
 
     cfg = load_experiment(ROOT / config)
     cfg = dataclasses.replace(cfg, out=str(root / cfg.out))
@@ -251,7 +252,7 @@ def partial_report(root: Path, config: str) -> dict[str, Any]:
     for run in cfg.runs():
         for step in cfg.updates.unit_steps or ():
             try:
-                bases += base_records(cfg, f"{run.name}-step{step}", run, step, run.seed)
+                bases += base_records(cfg, unit_base_name(run, step), run, step, run.seed)
             except MissingFileError:
                 continue
     return {"update_units": {"bases": bases, "comparisons": []}}

@@ -108,8 +108,14 @@ def update_bases(cfg: ExperimentConfig) -> list[UpdateBase]:
             )
         for step, path in by_step.items():
             if u.unit_steps is None or step in u.unit_steps:
-                bases.append(UpdateBase(f"{run.name}-step{step}", str(path), run.seed, run, step))
+                bases.append(UpdateBase(unit_base_name(run, step), str(path), run.seed, run, step))
     return bases
+
+
+def unit_base_name(run: RunSpec, step: int) -> str:
+    """The name (folder under out/updates) of the unit base of grid run `run` at checkpoint
+    `step`; its LoRA seed is the run's seed."""
+    return f"{run.name}-step{step}"
 
 
 @dataclass(frozen=True)
