@@ -166,9 +166,12 @@ _JSON_CACHE: dict[Path, Any] = {}
 
 
 def load_json(file: str, root: Path | None = None) -> Any:
+    """The parsed data of a repository file: JSON, or YAML for a `.yaml`/`.yml` file (an
+    experiment's config under configs/, whose settings a page may quote)."""
     p = (root or repo_root()) / file
     if p not in _JSON_CACHE:
-        _JSON_CACHE[p] = json.loads(p.read_text())
+        text = p.read_text()
+        _JSON_CACHE[p] = yaml.safe_load(text) if p.suffix in (".yaml", ".yml") else json.loads(text)
     return _JSON_CACHE[p]
 
 

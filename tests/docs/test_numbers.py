@@ -216,3 +216,15 @@ def test_write_budgets_resets_a_changed_page(tmp_path):
     assert spec["pages"]["README.md"]["untied"] == 2 and spec["pages"]["docs/a.md"]["untied"] == 1
     assert source.read_text().startswith("# a comment")
     assert N.write_budgets(tmp_path) == {}
+
+
+def test_a_number_can_be_tied_to_an_experiment_config(tmp_path):
+    """A `.yaml` file is read as YAML (a config's setting), any other file as JSON."""
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "x.yaml").write_text("train:\n  max_steps: 260\n  lr: 3.0e-4\n")
+    steps = C.Value(name="260", file="configs/x.yaml", path="train/max_steps", value=260, digits=0)
+    lr = C.Value(name="3e-4", file="configs/x.yaml", path="train/lr", value=3e-4, sig=1)
+    assert C.value_matches(steps, tmp_path) and C.value_matches(lr, tmp_path)
+    (tmp_path / "configs" / "x.yaml").write_text("train:\n  max_steps: 130\n  lr: 3.0e-4\n")
+    C._JSON_CACHE.clear()
+    assert not C.value_matches(steps, tmp_path)
