@@ -41,6 +41,7 @@ from typing import Any
 
 from studies import ROOT
 from studies.code_source import code_default as code_default  # re-exported: the test uses it
+from studies.number_text import NUMBER
 
 #: Begin and end of a generated block (the claims table keeps its own markers).
 GENERATED = re.compile(
@@ -53,8 +54,6 @@ _INLINE_CODE = re.compile(r"`[^`\n]*`")
 _LIST_OR_INDENTED = re.compile(r"^(?:\s*(?:[-*+]|\d+[.)])\s|\s{2,}\S)")
 _LINK_TARGET = re.compile(r"\]\([^)]*\)|<https?://[^>]*>|https?://\S+")
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
-#: A number: digits with thousands separators and decimals, an exponent.
-_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:[eE][−-]?\d+)?")
 
 #: The allow-list: a number preceded by one of these (with any list of numbers between) is a
 #: reference, an index or a name, not a measurement.
@@ -131,7 +130,7 @@ def numbers(markdown: str) -> list[Found]:
     text = prose(markdown)
     out = []
     line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
-    for m in _NUMBER.finditer(text):
+    for m in NUMBER.finditer(text):
         start, end = m.span()
         before, after = text[max(0, start - 40) : start], text[end : end + 12]
         number = m.group(0).rstrip(",")

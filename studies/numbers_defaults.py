@@ -38,6 +38,7 @@ from pathlib import Path
 
 from studies import numbers_tie as T
 from studies.code_source import assigned, constant
+from studies.number_text import NUMBER
 
 #: The modules (dotted prefixes) whose dataclass fields are candidates.
 DATACLASS_MODULES = ("tying.options", "tying.decoder.config")
@@ -292,16 +293,13 @@ def occurrence(markdown: str, start: int, length: int) -> Occurrence:
         cell = markdown[cell_lo + 1 : cell_hi if cell_hi >= 0 else None]
         if markdown[line_start:cell_lo].strip() == "":
             return Occurrence(frozenset(), frozenset(), unit)  # the row's head: a label
-        if len(_NUMBER.findall(cell)) > 1:
+        if len(NUMBER.findall(cell)) > 1:
             return _clause(markdown, start, length, sentence_words(whole), unit)
         letters = {c.strip().lower() for c in re.split(r"[|]", whole) if len(c.strip()) == 1}
         header = whole.rsplit(" ", 1)[-1] if whole else ""
         letters |= {header.lower()} if len(header) == 1 and header.isalpha() else set()
         return Occurrence(sentence_words(whole) | letters, sentence_words(whole), unit)
     return _clause(markdown, start, length, sentence_words(whole), unit)
-
-
-_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:[eE][−-]?\d+)?")
 
 
 def _clause(
