@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import resource
 import shlex
 import subprocess
@@ -30,34 +29,23 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
+from studies.doc_blocks import blocks_of  # noqa: E402
 from timing import cpu_description, write_json  # noqa: E402
 
 PAGE = ROOT / "docs" / "quickstart.md"
-_FENCE = re.compile(r"^```(\S*)\s*$")
-_SKIP = re.compile(r"^\s*<!--\s*example:\s*skip")
 
 
 def page_commands(page: Path = PAGE) -> list[str]:
-    """The commands of the page's runnable bash blocks, in order (blocks marked skip left out)."""
-    lines = page.read_text(encoding="utf-8").splitlines()
-    commands: list[str] = []
-    i = 0
-    while i < len(lines):
-        m = _FENCE.match(lines[i])
-        if not m:
-            i += 1
-            continue
-        j = i + 1
-        while j < len(lines) and lines[j].strip() != "```":
-            j += 1
-        skipped = i > 0 and _SKIP.match(lines[i - 1])
-        if m.group(1) == "bash" and not skipped:
-            for line in lines[i + 1 : j]:
-                command = line.split("#", 1)[0].strip()
-                if command:
-                    commands.append(command)
-        i = j + 1
-    return commands
+    """The commands of the page's runnable bash blocks, in order (blocks marked skip left out),
+    as tests/docs/test_examples.py reads them (`studies.doc_blocks`)."""
+    return [
+        command
+        for block in blocks_of(page)
+        if block.language == "bash" and block.skip_reason is None
+        for line in block.text.splitlines()
+        if (command := line.split("#", 1)[0].strip())
+    ]
 
 
 def _children_cpu_s() -> float:

@@ -28,11 +28,11 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from studies.doc_blocks import Block, blocks_of
 from tying.paths import data_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,9 +40,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: Languages whose blocks run.
 RUN_LANGUAGES = {"bash", "sh", "console", "python"}
-_FENCE = re.compile(r"^(\s*)(`{3,})(\S*)\s*$")
-_MARKER = re.compile(r"^\s*<!--\s*example:\s*(.*?)\s*-->\s*$")
-_SKIP = re.compile(r"skip\s*(?:—|–|--|-|:)?\s*(.*)$", re.S)
 #: A block is slow when it loads the real model or runs a grid, an update or an evaluation.
 _SLOW = re.compile(
     r"smollm2|tying (?:experiment|demo|evaluate|finetune|side-effects|convert|lens|trace)"
@@ -56,51 +53,6 @@ PREREQUISITES = {
 }
 #: Seconds a block may take (it is tiny: a hung block fails instead of stalling the suite).
 TIMEOUT_S = 900
-
-
-@dataclass(frozen=True)
-class Block:
-    """One fenced block of a page."""
-
-    page: Path
-    line: int  # of the opening fence, 1-based
-    language: str
-    text: str
-    marker: str | None  # the text of `<!-- example: ... -->` directly above, if any
-
-    @property
-    def where(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
-
-    @property
-    def skip_reason(self) -> str | None:
-        """The reason of a skip marker ("" when it gives none), None without one."""
-        if self.marker is None:
-            return None
-        m = _SKIP.match(self.marker)
-        return m.group(1).strip() if m else None
-
-
-def blocks_of(page: Path) -> list[Block]:
-    """The fenced blocks of a Markdown page, in order."""
-    lines = page.read_text(encoding="utf-8").splitlines()
-    blocks, i = [], 0
-    while i < len(lines):
-        m = _FENCE.match(lines[i])
-        if not m:
-            i += 1
-            continue
-        indent, ticks, language = m.groups()
-        j = i + 1
-        while j < len(lines) and not (
-            lines[j].strip().startswith(ticks) and lines[j].strip().strip("`") == ""
-        ):
-            j += 1
-        body = "\n".join(line[len(indent) :] for line in lines[i + 1 : j])
-        above = _MARKER.match(lines[i - 1]) if i > 0 else None
-        blocks.append(Block(page, i + 1, language.lower(), body, above and above.group(1)))
-        i = j + 1
-    return blocks
 
 
 ALL_BLOCKS = [b for page in PAGES for b in blocks_of(page)]
