@@ -53,3 +53,26 @@ def test_the_result_quoted_is_update_units_json():
     holm = {f"{s['p_holm']:.3f}" for s in comparison["secondary"].values()}
     assert len(holm) == 1 and len(comparison["secondary"]) == 6  # the page says "each of six"
     assert f"p {holm.pop()} for each of its six tests" in " ".join(PAGE.split())
+
+
+def test_interface_power_table_is_the_json():
+    """The power table of "Updates that touch the interface" is
+    docs/results/interface_update_power.json (studies/interface_update_power.py), cell by cell."""
+    data = json.loads((ROOT / "docs" / "results" / "interface_update_power.json").read_text())
+    rows = [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in PAGE.splitlines()
+        if line.startswith("| ratio ")
+    ]
+    assert len(rows) == 6
+    by_sd = {f"{b['sd_log']:.3g}": b for b in data["table"].values()}
+    assert set(by_sd) == {f"{data['sd_paired']:.3g}", f"{2 * data['sd_paired']:.3g}"}
+    for ratio, sd, alpha, *powers, units in rows:
+        row = by_sd[sd]["ratios"][ratio.removeprefix("ratio ")]
+        for n, quoted in zip(("8", "10", "12"), powers, strict=True):
+            assert quoted == f"{row['power'][alpha][n]:.2f}", (ratio, sd, alpha, n)
+        expected = row["units_for_80_percent"]
+        if units != "—":
+            assert units.removesuffix(" (α 0.05)") == (
+                f"> {data['max_units']}" if expected is None else str(expected)
+            ), (ratio, sd, units)
