@@ -158,6 +158,117 @@ def test_section_10_side_effects_are_updates_report_json():
             _check(dloss, t["delta_loss"], f"§10 {name} {text} Δloss")
 
 
+UPDATE_TASKS = ("gsm8k", "svamp", "mbpp", "humaneval")
+
+
+def _updates_adapters() -> dict[str, dict]:
+    """§10's adapters by their row name ("tt + GSM8K")."""
+    return {
+        f"{a['base']} + {a['task'].upper()}": a
+        for a in _json("updates_report.json")["updates"]["adapters"]
+    }
+
+
+def _point_and_interval(cell: str) -> tuple[str, str, str]:
+    """ "+0.007 [+0.003, +0.020]" -> ("+0.007", "+0.003", "+0.020")."""
+    m = re.search(r"(\S+) \[(\S+), (\S+)\]", cell)
+    assert m, f"not a point and interval: {cell!r}"
+    return m.group(1), m.group(2), m.group(3)
+
+
+def test_section_10_likelihood_and_change_tables_are_updates_report_json():
+    """§10's reference log-likelihoods (bases and adapters) and each update's change with its
+    item-bootstrap interval."""
+    updates = _json("updates_report.json")["updates"]
+    adapters = _updates_adapters()
+    section = _section("10. Updates")
+    table = section[section.index("| model | GSM8K") :]
+    rows = _rows(table, "")[1:10]
+    assert [r[0] for r in rows][:3] == ["teacher", "tt", "pit"]
+    for name, *cells, _exact in rows:
+        for printed, task in zip(cells, UPDATE_TASKS, strict=True):
+            if " + " in name:
+                value = adapters[name.removesuffix(" LoRA")]["change"][task]["updated"]
+            else:
+                value = updates["bases"][name]["eval"][task]
+            _check(printed, value["ref_loglik_per_token"], f"§10 {name} {task}")
+    table = section[section.index("| adapter | Δ GSM8K") :]
+    rows = [r for r in _rows(table, "") if " + " in r[0]][:6]
+    assert len(rows) == 6
+    for name, *cells in rows:
+        for cell, task in zip(cells, UPDATE_TASKS, strict=True):
+            change = adapters[name]["change"][task]
+            point, lo, hi = _point_and_interval(cell)
+            _check(point, change["delta_ref_loglik_per_token"], f"§10 {name} Δ{task}")
+            _check(lo, change["ref_loglik_bootstrap"]["ci95"][0], f"§10 {name} Δ{task} low")
+            _check(hi, change["ref_loglik_bootstrap"]["ci95"][1], f"§10 {name} Δ{task} high")
+
+
+def test_section_10_pit_against_tt_is_updates_report_json():
+    """§10's paired PIT − TT table: comparisons 0 (the MBPP update) and 1 (GSM8K)."""
+    comparisons = _json("updates_report.json")["updates"]["comparisons"]
+    adapters = _updates_adapters()
+    assert [c["task"] for c in comparisons] == ["mbpp", "gsm8k"]
+    section = _section("10. Updates")
+    table = section[section.index("| | MBPP update | GSM8K update |") :]
+    rows = {r[0]: r[1:] for r in _rows(table, "")[1:8]}
+
+    def numbers(cell: str) -> list[str]:
+        return re.findall(r"(?<![A-Za-z\d.])[−+-]?\d[\d.]*(?:e[−-]?\d+)?", cell)
+
+    (head,) = [k for k in rows if k.startswith("gain on its target")]
+    pooled = numbers(head)
+    for i, task in enumerate(("mbpp", "gsm8k")):
+        for j, base in enumerate(("pit", "tt")):
+            change = adapters[f"{base} + {task.upper()}"]["change"][task]
+            _check(pooled[2 * i + j], change["delta_ref_loglik_per_token"], f"§10 pooled {base}")
+    for k, c in enumerate(comparisons):
+        target = c["task"]
+        treatment, control, d, lo, hi = numbers(rows[head][k])
+        g = c["gain"][target]
+        for printed, value in (
+            (treatment, g["treatment_change"]),
+            (control, g["control_change"]),
+            (d, g["difference"]),
+            (lo, g["ci95"][0]),
+            (hi, g["ci95"][1]),
+        ):
+            _check(printed, value, f"§10 {target} update: gain on the target")
+        others = [t for t in ("mbpp", "humaneval") if t != target]
+        cell = numbers(rows["gain on the other code task (HumanEval) / math task"][k])
+        assert len(cell) == 3 * len(others)
+        for j, task in enumerate(others):
+            g = c["gain"][task]
+            for printed, value in zip(
+                cell[3 * j : 3 * j + 3], (g["difference"], *g["ci95"]), strict=True
+            ):
+                _check(printed, value, f"§10 {target} update: gain on {task}")
+        g = c["gain"]["svamp"]
+        cell = numbers(rows["gain on SVAMP"][k])
+        for printed, value in zip(cell, (g["difference"], *g["ci95"], g["p_value"])):
+            _check(printed, value, f"§10 {target} update: SVAMP")
+        u = c["updated"][target]
+        cell = numbers(rows["updated PIT − updated TT on the target"][k])
+        for printed, value in zip(
+            cell, (u["delta_ref_loglik_per_token"], *u["ref_loglik_bootstrap"]["ci95"]), strict=True
+        ):
+            _check(printed, value, f"§10 {target} update: updated PIT − TT")
+        for label, text in (
+            ("WikiText-2 KL, ratio pit/tt", "wikitext-2"),
+            ("Gutenberg KL, ratio pit/tt", "gutenberg-validation"),
+        ):
+            s = c["side_effects"][text]
+            ratio, diff, lo, hi, p = numbers(rows[label][k])
+            for printed, value in (
+                (ratio, s["ratio"]),
+                (diff, s["difference"]),
+                (lo, s["ci95"][0]),
+                (hi, s["ci95"][1]),
+                (p, s["p_value"]),
+            ):
+                _check(printed, value, f"§10 {target} update: {label}")
+
+
 @pytest.mark.parametrize("bad", ["5.280", "5.278"])
 def test_a_mistyped_loss_is_caught(bad):
     value = next(r for r in _json("report.json")["runs"] if r["name"] == "scratch-untied-s0")
@@ -193,6 +304,27 @@ def test_section_11_input_gradient_scaling_is_its_json(section, source):
                     assert printed == "–", f"§11 {name}: no untied-s{seed}, yet {printed}"
                 else:
                     _check(printed, rows_[step][side]["orthogonal"], f"§11 {name} {side}")
+
+
+def test_section_11b_effects_are_effects_vs_x1():
+    """§11b's paired table: scaled − ×1 per seed (s0 / s1), from the JSON's `effects_vs_x1`."""
+    data = _json("input_grad_scale_full.json")
+    effects, steps = data["effects_vs_x1"], data["steps"]
+    rows = [r for r in _rows(_section("11b. Input-gradient"), "×") if r[1].endswith("seed")]
+    assert len(rows) == 2 * len(effects)
+    columns = [(steps["early"], "input"), (steps["early"], "output")]
+    columns += [(steps["final"], "input"), (steps["final"], "output")]
+    for scale, reference, *cells in rows:
+        e = effects["x" + scale.removeprefix("×")]
+        ref = {"same seed": "same", "other seed": "cross"}[reference]
+        for cell, (step, side) in zip(cells, columns):
+            for printed, seed in zip(cell.split(" / "), ("s0", "s1"), strict=True):
+                _check(printed, e[seed][ref][str(step)][side], f"§11b {scale} {ref} {step} {side}")
+        if ref == "same":
+            for printed, seed in zip(cells[4].split(" / "), ("s0", "s1"), strict=True):
+                _check(printed, e[seed]["val_loss"], f"§11b {scale} val loss")
+        else:
+            assert cells[4] == ""
 
 
 def test_section_12_trace_overlaps_are_the_trace_json():
