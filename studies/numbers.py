@@ -59,8 +59,13 @@ _COMMENT = re.compile(r"<!--.*?-->", re.S)
 #: reference, an index or a name, not a measurement.
 _REFERENCE_BEFORE = re.compile(
     r"(?:§|\bTables?|\bFigures?|\bFig\.|\bAppendix|\brows?|\bitems?|\bstops?|\bissues?|\bseeds?"
-    r"|\bsteps?|\bblocks?|\blayers?|\bentries|\bparts?|\bEq\.|\bstage|\bPython|\btorch"
-    r"|\btransformers|\bTriton|\bpeft|\bCUDA|\blm-eval|\bversion|\barXiv|\bcommit)"
+    r"|\bsteps?|\bblocks?|\blayers?|\bentries|\bparts?|\bEq\.|\bstage|\barXiv|\bcommit)"
+    r"[\s(]*(?:[\d.,]+(?:\s*(?:[–,→/-]|and|to|or)\s*)?)*$"
+)
+#: A version: a dotted number right after the name of a package (a number without a dot there,
+#: "Triton 116 ms", is a measurement).
+_VERSION_BEFORE = re.compile(
+    r"(?:\bPython|\btorch|\btransformers|\bTriton|\bpeft|\bCUDA|\blm-eval|\bversion)"
     r"[\s(]*(?:[\d.,]+(?:\s*(?:[–,→/-]|and|to|or)\s*)?)*$"
 )
 #: The exit statuses of the command line (docs/architecture.md, "Errors"): 0 success, 1 a failure
@@ -81,13 +86,43 @@ _DATE_TIME = re.compile(
 
 @dataclass(frozen=True)
 class Found:
-    """One number of a page's prose: its text (no sign), the line, the text around it, and
-    its offset in the page (characters)."""
+    """One number of a page's prose: its text (no sign), the line, the text around it, its
+    offset in the page (characters) and the headings it stands under, outermost first (without
+    the `#`s: ("Results", "13. Teacher mode over seeds", "Timing"))."""
 
     text: str
     line: int
     context: str
     start: int = -1
+    headings: tuple[str, ...] = ()
+
+    @property
+    def section(self) -> str:
+        """The page's section the number is in: its heading of level 2 (`## ...`), or "" above
+        the first one."""
+        return self.headings[1] if len(self.headings) > 1 else ""
+
+
+#: A key of docs/numbers.yaml: the number as printed, then optionally " @ " and a scope, the
+#: start of the text of a heading the number must stand under ("0.047 @ 13." ties the 0.047 of
+#: "## 13. Teacher mode ..." only).
+SCOPE_SEPARATOR = " @ "
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
+
+
+def split_key(key: str) -> tuple[str, str | None]:
+    """(the number as printed, the heading prefix it is scoped to or None) of a key."""
+    text, sep, scope = key.partition(SCOPE_SEPARATOR)
+    return text, (scope if sep else None)
+
+
+def covers(key: str, found: Found) -> bool:
+    """Whether the entry `key` is about the occurrence `found`: the same text, and, for a scoped
+    key, a heading above it that starts with the scope."""
+    text, scope = split_key(key)
+    return text == found.text and (
+        scope is None or any(h.startswith(scope) for h in found.headings)
+    )
 
 
 def prose(markdown: str) -> str:
@@ -130,6 +165,7 @@ def numbers(markdown: str) -> list[Found]:
     text = prose(markdown)
     out = []
     line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    under = _headings_by_line(text)
     for m in NUMBER.finditer(text):
         start, end = m.span()
         before, after = text[max(0, start - 40) : start], text[end : end + 12]
@@ -146,18 +182,36 @@ def numbers(markdown: str) -> list[Found]:
             continue  # the head of a version (3.12.3)
         if _REFERENCE_BEFORE.search(before):
             continue
+        if "." in number and _VERSION_BEFORE.search(before):
+            continue
         if number in EXIT_STATUSES and _EXIT_BEFORE.search(before):
             continue  # an exit status of the command line: a constant of the interface
         line_start = text.rfind("\n", 0, start) + 1
-        if re.fullmatch(r"\s*(?:[-*]\s*)?", text[line_start:start]) and after[:2] in (". ", ") "):
-            continue  # a list marker
+        marker_place = re.fullmatch(r"\s*(?:[-*]\s*)?", text[line_start:start])
+        if marker_place and number.isdigit() and after[:2] in (". ", ") "):
+            continue  # a list marker (a decimal at a line's start, "0.405)", is a number)
         if re.fullmatch(r"#+\s*", text[line_start:start]):
             continue  # a numbered heading
         if number in ("0", "1") and not after.startswith("."):
             continue  # zero and one as words
         lineno = next(i for i in range(len(line_starts) - 1, -1, -1) if line_starts[i] <= start)
         context = markdown[max(0, start - 30) : end + 10].replace("\n", " ")
-        out.append(Found(number, lineno + 1, context, start))
+        out.append(Found(number, lineno + 1, context, start, under[lineno]))
+    return out
+
+
+def _headings_by_line(text: str) -> list[tuple[str, ...]]:
+    """For each line of a page's prose (code already blanked), the headings it stands under,
+    outermost first, one per level (a level 1 title, a `##` section, its `###` ...); an absent
+    level is "" so that index 1 is always the `##` section."""
+    chain: list[str] = []
+    out = []
+    for line in text.split("\n"):
+        m = _HEADING.match(line)
+        if m:
+            level = len(m.group(1))
+            chain = [*(chain + [""] * level)[: level - 1], m.group(2)]
+        out.append(tuple(chain))
     return out
 
 
@@ -169,12 +223,33 @@ def pages(root: Path) -> list[Path]:
 def untied(root: Path, page: str, entry: dict) -> list[Found]:
     """The numbers of `page` that are neither tied, nor a checked default, nor allowed by its
     `entry` of the YAML."""
-    known = (
-        set(entry.get("numbers") or {})
-        | set(entry.get("defaults") or {})
-        | set(entry.get("allow") or {})
-    )
-    return [f for f in numbers((root / page).read_text()) if f.text not in known]
+    return untied_in((root / page).read_text(), entry)
+
+
+def untied_in(markdown: str, entry: dict) -> list[Found]:
+    """The numbers of a page's text that no key of its `entry` covers (`covers`)."""
+    keys = [k for kind in KINDS for k in entry.get(kind) or {}]
+    return [f for f in numbers(markdown) if not any(covers(k, f) for k in keys)]
+
+
+#: The kinds of entries of a page in docs/numbers.yaml.
+KINDS = ("numbers", "defaults", "allow")
+
+
+def spanning(markdown: str, entry: dict) -> dict[str, list[str]]:
+    """The entries of a page that are not scoped and yet cover numbers in more than one of its
+    `##` sections, with those sections: one entry would tie unrelated numbers (a 0.047 of one
+    table and a 0.047 of another) to one source, so each must say where it applies
+    (`"0.047 @ 13."`), one scoped entry per section."""
+    found = numbers(markdown)
+    out = {}
+    for key in (k for kind in KINDS for k in entry.get(kind) or {}):
+        if split_key(key)[1] is not None:
+            continue
+        sections = sorted({f.section for f in found if covers(key, f)})
+        if len(sections) > 1:
+            out[key] = sections
+    return out
 
 
 def write_budgets(root: Path, source: Path | None = None) -> dict[str, tuple[int, int]]:

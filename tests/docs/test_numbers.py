@@ -63,7 +63,7 @@ def test_every_tied_number_is_its_json_value(page):
         assert math.isclose(got, v.value, rel_tol=1e-9, abs_tol=1e-12), (
             f"{page} {label!r}: {v.file} {v.path} gives {got}, the page says {v.value}"
         )
-        printed = float(label.rstrip("k%×").replace(",", ""))
+        printed = float(N.split_key(label)[0].rstrip("k%×").replace(",", ""))
         assert math.isclose(printed, abs(v.value), rel_tol=1e-9, abs_tol=1e-12), (
             f"{page} {label!r}: the entry's value {v.value} is not the number printed"
         )
@@ -72,7 +72,7 @@ def test_every_tied_number_is_its_json_value(page):
 @pytest.mark.parametrize("page", [p for p in PAGES if SPEC.get(p, {}).get("defaults")])
 def test_every_default_is_the_codes_value(page):
     for label, names in SPEC[page]["defaults"].items():
-        printed = float(label.rstrip("k%×").replace(",", ""))
+        printed = float(N.split_key(label)[0].rstrip("k%×").replace(",", ""))
         for name in [names] if isinstance(names, str) else names:
             got = N.code_default(name)
             assert isinstance(got, (int, float)) and not isinstance(got, bool), (page, name, got)
@@ -118,11 +118,14 @@ def test_a_code_default_reads_dataclass_fields_and_constants(tmp_path, monkeypat
 
 @pytest.mark.parametrize("page", PAGES)
 def test_no_stale_entry(page):
-    """Every tied, default or allowed number still occurs in the page's prose."""
-    found = {f.text for f in N.numbers((ROOT / page).read_text())}
+    """Every tied, default or allowed number still occurs in the page's prose (a scoped one
+    under its heading)."""
+    found = N.numbers((ROOT / page).read_text())
     entry = SPEC[page]
-    for label in [x for k in ("numbers", "defaults", "allow") for x in entry.get(k) or {}]:
-        assert label in found, f"{page}: {label!r} is listed but not in the prose"
+    for label in [x for k in N.KINDS for x in entry.get(k) or {}]:
+        assert any(N.covers(label, f) for f in found), (
+            f"{page}: {label!r} is listed but not in the prose"
+        )
 
 
 def test_a_changed_json_value_fails_its_number(tmp_path):
@@ -228,3 +231,40 @@ def test_a_number_can_be_tied_to_an_experiment_config(tmp_path):
     (tmp_path / "configs" / "x.yaml").write_text("train:\n  max_steps: 130\n  lr: 3.0e-4\n")
     C._JSON_CACHE.clear()
     assert not C.value_matches(steps, tmp_path)
+
+
+SCOPED_PAGE = """# Title
+
+0.047 before any section.
+
+## 4. Alignment
+
+Untied 0.047 and 8 seeds.
+
+### 4a. A table
+
+| run | 0.047 |
+
+## 13. Teacher mode
+
+The 0.047 of another table.
+"""
+
+
+def test_a_scoped_key_covers_its_sections_numbers_only():
+    """ "0.047 @ 4." ties the 0.047s under a heading that starts with "4." (and its
+    subsections), not those of §13 or above the first section; a key without a scope covers the
+    page, and `spanning` names it when its numbers lie in several `##` sections."""
+    found = [f for f in N.numbers(SCOPED_PAGE) if f.text == "0.047"]
+    assert [f.section for f in found] == ["", "4. Alignment", "4. Alignment", "13. Teacher mode"]
+    assert [N.covers("0.047 @ 4.", f) for f in found] == [False, True, True, False]
+    assert [N.covers("0.047 @ 4a.", f) for f in found] == [False, False, True, False]
+    assert all(N.covers("0.047", f) for f in found)
+    assert not N.covers("0.04 @ 4.", found[1])
+    entry = {"numbers": {"0.047 @ 4.": {}, "0.047 @ 13.": {}}, "allow": {"8": "seeds"}}
+    assert [f.text for f in N.untied_in(SCOPED_PAGE, entry)] == ["0.047"]  # the one above §4
+    assert N.spanning(SCOPED_PAGE, entry) == {}
+    assert N.spanning(SCOPED_PAGE, {"numbers": {"0.047": {}}}) == {
+        "0.047": ["", "13. Teacher mode", "4. Alignment"]
+    }
+    assert N.split_key("1,319 @ 14b.") == ("1,319", "14b.")
