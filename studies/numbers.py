@@ -382,7 +382,16 @@ def main(argv: list[str] | None = None) -> int:
         help="tie the untied numbers of PAGEs to the code's defaults (studies.numbers_defaults)",
     )
     ap.add_argument("--tie-defaults-all", action="store_true", help="--tie-defaults on every page")
+    ap.add_argument(
+        "--spanning",
+        nargs="*",
+        metavar="PAGE",
+        help="list the unscoped keys of PAGEs (default: all) whose numbers lie in several "
+        "sections, with each occurrence's line, section and context; exit 1 if there are any",
+    )
     args = ap.parse_args(argv)
+    if args.spanning is not None:
+        return _print_spanning(args.root, _chosen(ap, args.root, args.spanning, not args.spanning))
     if args.tie_defaults or args.tie_defaults_all:
         from studies import numbers_defaults
 
@@ -405,6 +414,25 @@ def main(argv: list[str] | None = None) -> int:
     for page, (old, new) in write_budgets(args.root).items():
         logging.getLogger(__name__).warning("%s: untied budget %d -> %d", page, old, new)
     return 0
+
+
+def _print_spanning(root: Path, chosen: list[str]) -> int:
+    """Print each page's spanning keys (`spanning`) with their occurrences; 1 if any."""
+    import yaml
+
+    spec = yaml.safe_load((root / "docs" / "numbers.yaml").read_text())["pages"]
+    total = 0
+    for page in chosen:
+        markdown = (root / page).read_text()
+        keys = spanning(markdown, spec.get(page) or {})
+        total += len(keys)
+        for key, sections in keys.items():
+            print(f"{page}: {key!r} is in {len(sections)} sections")
+            for f in numbers(markdown):
+                if covers(key, f):
+                    print(f"    {f.line}: [{f.section[:30]}] …{f.context}…")
+    print(f"{total} keys span sections")
+    return 1 if total else 0
 
 
 def _chosen(ap: Any, root: Path, names: list[str], every: bool, flag: str = "--tie") -> list[str]:
