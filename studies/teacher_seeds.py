@@ -304,7 +304,7 @@ def markdown(data: dict[str, Any]) -> str:
         for u in block["units"]:
             kl = u["step0_kl_pit"]
             lines.append(
-                f"| {NAMES.get(name, name)} | {u['seed']} | "
+                f"| {NAMES.get(name, name)} | seed {u['seed']} | "
                 + ("–" if kl is None else f"{kl:.3f}")
                 + f" | {u['tt']['val_loss']:.3f} | {u['pit']['val_loss']:.3f} | "
                 f"{u['diff_val']:+.3f} | {u['tt']['train_loss_last']:.3f} | "
@@ -321,8 +321,8 @@ def markdown(data: dict[str, Any]) -> str:
     )
     lines += [
         "",
-        "| teacher | seed | validation loss TT / PIT at step "
-        + " | ".join(str(k) for k in steps)
+        "| teacher | seed | TT / PIT validation loss at "
+        + " | ".join(f"step {k}" for k in steps)
         + " |",
         "|---|---:|" + "---|" * len(steps),
     ]
@@ -333,7 +333,9 @@ def markdown(data: dict[str, Any]) -> str:
                 tt = u["tt"]["val_loss_by_step"].get(str(k))
                 pit = u["pit"]["val_loss_by_step"].get(str(k))
                 cells.append("–" if tt is None or pit is None else f"{tt:.3f} / {pit:.3f}")
-            lines.append(f"| {NAMES.get(name, name)} | {u['seed']} | " + " | ".join(cells) + " |")
+            lines.append(
+                f"| {NAMES.get(name, name)} | seed {u['seed']} | " + " | ".join(cells) + " |"
+            )
     lines += [
         "",
         "| teacher | n | mean PIT − TT | 95% t-interval | sign-flip p (Holm) | verdict |",
@@ -360,7 +362,7 @@ def markdown(data: dict[str, Any]) -> str:
         for r in block.get("trainable_z", {}).get("units", []):
             kl = "–" if r["step0_kl"] is None else f"{r['step0_kl']:.3f}"
             lines.append(
-                f"| {NAMES.get(name, name)} | {r['seed']} | {kl} | {r['pit_z']['val_loss']:.3f} | "
+                f"| {NAMES.get(name, name)} | seed {r['seed']} | {kl} | {r['pit_z']['val_loss']:.3f} | "
                 f"{r['minus_tt']:+.3f} | {r['minus_frozen']:+.3f} |"
             )
     lines += [

@@ -93,7 +93,7 @@ def test_analyse_pairs_seeds_and_adjusts(tmp_path) -> None:
     timing = a["timing"][str(folders["a"])]
     assert len(timing["cells"]) == 7 and timing["total_s"] >= 0
     table = s.markdown(data)
-    assert "| 0 | 0.040 | 7.000 | 7.100 | +0.100 |" in table
+    assert "| seed 0 | 0.040 | 7.000 | 7.100 | +0.100 |" in table
     assert "| 3 | +0.200 | -0.048 to +0.448 | 0.25 (0.50) | undecided" in table
 
 
@@ -116,7 +116,9 @@ def test_the_trainable_z_cells_are_paired_with_tt_and_frozen_pit(tmp_path) -> No
     assert "verdict" not in z["minus_frozen"]  # an ablation: no verdict against the paper
     # The frozen-Z comparison with TT is unchanged by the extra cells.
     assert [u["diff_val"] for u in block["units"]] == pytest.approx([0.3, 0.4, 0.5])
-    assert "| 0 | 0.050 | 7.100 | +0.100 | -0.200 |" in s.markdown(s.analyse({"t": tmp_path / "t"}))
+    assert "| seed 0 | 0.050 | 7.100 | +0.100 | -0.200 |" in s.markdown(
+        s.analyse({"t": tmp_path / "t"})
+    )
 
 
 def test_a_teacher_read_from_two_folders(tmp_path) -> None:
