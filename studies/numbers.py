@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,11 +119,32 @@ def split_key(key: str) -> tuple[str, str | None]:
 
 def covers(key: str, found: Found) -> bool:
     """Whether the entry `key` is about the occurrence `found`: the same text, and, for a scoped
-    key, a heading above it that starts with the scope."""
+    key, a heading of its section or subsection that starts with the scope (the page's title
+    scopes the text above the first `##` section only)."""
     text, scope = split_key(key)
-    return text == found.text and (
-        scope is None or any(h.startswith(scope) for h in found.headings)
+    if text != found.text or scope is None:
+        return text == found.text
+    return any(h.startswith(scope) for h in found.headings[1:]) or (
+        found.section == "" and found.headings[:1] != () and found.headings[0].startswith(scope)
     )
+
+
+def entry_key(markdown: str) -> Callable[[Found], str]:
+    """The key a new entry for an occurrence gets on this page: its text, scoped to its section
+    (`scope_of`) where the same text stands in more than one section, so that no new entry
+    spans sections (`spanning`)."""
+    sections: dict[str, set[str]] = {}
+    for f in numbers(markdown):
+        sections.setdefault(f.text, set()).add(f.section)
+    return lambda f: (
+        f"{f.text}{SCOPE_SEPARATOR}{scope_of(f)}" if len(sections[f.text]) > 1 else f.text
+    )
+
+
+def scope_of(found: Found) -> str:
+    """The scope that names `found`'s `##` section (its heading; the page's title above the
+    first section)."""
+    return found.section or (found.headings[0] if found.headings else "")
 
 
 def prose(markdown: str) -> str:
@@ -307,13 +329,15 @@ def tie(
     for page in page_names:
         entry = yaml.safe_load(path.read_text())["pages"].get(page) or {}
         markdown = (root / page).read_text()
-        result = T.propose(root, page, markdown, prose(markdown), untied(root, page, entry))
+        result = T.propose(
+            root, page, markdown, prose(markdown), untied(root, page, entry), entry_key(markdown)
+        )
         results.append(result)
         if not write or (not result.ties and entry.get("untied") == result.untied_after):
             continue
         names = T.aliases(path.read_text())
         lines = [
-            T.entry_line(label, T.value_spec(m, T.printed(label, "")), names)
+            T.entry_line(label, T.value_spec(m, T.printed(split_key(label)[0], "")), names)
             for label, m in result.ties.items()
         ]
         T.write_ties(path, page, lines, result.untied_after)

@@ -367,21 +367,31 @@ class Number(Protocol):
     start: int
 
 
-def propose(root: Path, page: str, markdown: str, text: str, untied: list[Number]) -> PageResult:
+def propose(
+    root: Path,
+    page: str,
+    markdown: str,
+    text: str,
+    untied: list[Number],
+    key: Callable[[Number], str] = lambda f: f.text,
+) -> PageResult:
     """The ties for the `untied` numbers of `page` (`markdown`, and `text`, its prose with
     code and generated blocks blanked: `studies.numbers.prose`); nothing is written.
-    `studies.numbers.tie` writes them."""
+    `studies.numbers.tie` writes them. `key` gives the entry an occurrence belongs to (its
+    text, or its text scoped to its section, "0.047 @ 13. ..."): each entry is matched from its
+    first occurrence and ties all of its occurrences."""
     heads = sections(text)
     cited = cited_files(root, page, markdown)
     first: dict[str, Number] = {}
     for f in untied:
-        first.setdefault(f.text, f)
+        first.setdefault(key(f), f)
     ties: dict[str, Match] = {}
     unmatched: list[dict[str, Any]] = []
     no_word: list[str] = []
     far: list[str] = []
     ambiguous: list[str] = []
-    for label, f in first.items():
+    for entry, f in first.items():
+        label = f.text
         if not informative(label):
             continue
         try:
@@ -427,21 +437,21 @@ def propose(root: Path, page: str, markdown: str, text: str, untied: list[Number
             )
             continue
         if not candidates:
-            no_word.append(label)
+            no_word.append(entry)
             continue
         best = min(candidates, key=lambda m: m.rank)
         if best.rank[0] and local:
-            far.append(label)  # the section cites its own files: another file's match is chance
+            far.append(entry)  # the section cites its own files: another file's match is chance
             continue
         if significant_digits(label) < 3 and best.specific < MIN_OVERLAP_SHORT:
-            no_word.append(label)
+            no_word.append(entry)
             continue
         level = [m for m in candidates if m.rank[:5] == best.rank[:5]]
         if len({quantity(m.path) for m in level}) > 1 and len({m.leaf for m in level}) > 1:
-            ambiguous.append(label)  # equally good keys of different quantities and values
+            ambiguous.append(entry)  # equally good keys of different quantities and values
             continue
-        ties[label] = best
-    after = sum(1 for f in untied if f.text not in ties)
+        ties[entry] = best
+    after = sum(1 for f in untied if key(f) not in ties)
     return PageResult(page, ties, len(untied), after, unmatched, no_word, far, ambiguous)
 
 

@@ -268,3 +268,10 @@ def test_a_scoped_key_covers_its_sections_numbers_only():
         "0.047": ["", "13. Teacher mode", "4. Alignment"]
     }
     assert N.split_key("1,319 @ 14b.") == ("1,319", "14b.")
+    assert [N.covers("0.047 @ Title", f) for f in found] == [True, False, False, False]
+    assert [N.scope_of(f) for f in found] == [
+        "Title",
+        "4. Alignment",
+        "4. Alignment",
+        "13. Teacher mode",
+    ]
