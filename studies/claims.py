@@ -32,8 +32,9 @@ is in the paper's direction, "contradicted" if ≤ ALPHA and the other way, "und
 n units give at best p = 2/2^n, so no row with fewer than 6 units can be decided; the last
 column prints what the row's 95 % t-interval rules out.
 
-A value is the number at `path` (keys and list indices joined by "/"), or with `slice: [i, j]`
-the mean of that list's items i..j-1, or with `minus: PATH` / `over: PATH` the difference or
+A value is the number at `path` (keys and list indices joined by "/"; a `*` index collects
+every item's rest of the path: "bases/*/gain"), or with `slice: [i, j]` (or `[i, j, step]`)
+the mean of that list's items i..j-1 (every step-th), or with `minus: PATH` / `over: PATH` the difference or
 ratio of two numbers of the same file; `times: PATH` multiplies by a third (a ratio of ratios:
 `path: a/b, times: d, over: c` is (a/b)·d/c). `value` is the number as the table prints it, rounded to
 `digits` decimals (`sig` for significant digits, `scale: 100` for percent); tests/docs check it
@@ -114,7 +115,8 @@ class Value:
     value: float
     digits: int | None = None
     sig: int | None = None
-    slice: tuple[int, int] | None = None
+    #: the mean of the items [start:stop] (or [start:stop:step]) of the list at `path`
+    slice: tuple[int, ...] | None = None
     minus: str | None = None
     over: str | None = None
     times: str | None = None
@@ -140,11 +142,15 @@ class Value:
 
 def lookup(data: Any, path: str) -> Any:
     """The item of nested dicts/lists at `path` ("a/b/0/c"); a dict key that itself holds "/"
-    (e.g. "pit/identity") is matched by joining the parts."""
+    (e.g. "pit/identity") is matched by joining the parts. A `*` in place of a list index gives
+    the list of every item's rest of the path ("bases/*/base_loss")."""
     parts = path.split("/")
     node = data
     i = 0
     while i < len(parts):
+        if isinstance(node, list) and parts[i] == "*":
+            rest = "/".join(parts[i + 1 :])
+            return [lookup(item, rest) if rest else item for item in node]
         if isinstance(node, list):
             node = node[int(parts[i])]
             i += 1
@@ -180,7 +186,7 @@ def measured(v: Value, root: Path | None = None) -> float:
     data = load_json(v.file, root)
     x = lookup(data, v.path)
     if v.slice is not None:
-        items = x[v.slice[0] : v.slice[1]]
+        items = x[slice(*v.slice)]
         x = sum(items) / len(items)
     x = float(x)
     if v.minus is not None:

@@ -275,3 +275,16 @@ def test_a_scoped_key_covers_its_sections_numbers_only():
         "4. Alignment",
         "13. Teacher mode",
     ]
+
+
+def test_a_value_is_a_mean_over_every_kth_record(tmp_path):
+    """`bases/*/loss` with `slice: [1, 8, 4]` is the mean of the losses of records 1 and 5
+    (interleaved groups: record = seed·4 + arm), and agrees with a naive loop."""
+    bases = [{"arm": i % 4, "loss": float(i * i)} for i in range(8)]
+    (tmp_path / "r.json").write_text(json.dumps({"bases": bases}))
+    v = C.Value(
+        name="13", file="r.json", path="bases/*/loss", value=13.0, digits=0, slice=(1, 8, 4)
+    )
+    naive = sum(b["loss"] for b in bases if b["arm"] == 1) / 2
+    assert C.measured(v, tmp_path) == naive == 13.0
+    assert C.lookup({"bases": bases}, "bases/*/arm") == [0, 1, 2, 3, 0, 1, 2, 3]
