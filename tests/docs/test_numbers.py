@@ -288,3 +288,22 @@ def test_a_value_is_a_mean_over_every_kth_record(tmp_path):
     naive = sum(b["loss"] for b in bases if b["arm"] == 1) / 2
     assert C.measured(v, tmp_path) == naive == 13.0
     assert C.lookup({"bases": bases}, "bases/*/arm") == [0, 1, 2, 3, 0, 1, 2, 3]
+
+
+def test_no_key_is_given_twice():
+    """YAML keeps the last of two equal keys silently: a page's entry given twice (two ties of
+    one number, one of them lost) fails here instead."""
+
+    class Strict(yaml.SafeLoader):
+        pass
+
+    def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
+        keys = [loader.construct_object(k) for k, _ in node.value]
+        twice = sorted({str(k) for k in keys if keys.count(k) > 1})
+        assert not twice, f"docs/numbers.yaml line {node.start_mark.line + 1}: given twice: {twice}"
+        return loader.construct_mapping(node)
+
+    Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    yaml.load((ROOT / "docs" / "numbers.yaml").read_text(), Loader=Strict)
+    with pytest.raises(AssertionError, match="given twice"):
+        yaml.load('pages:\n  a.md:\n    numbers:\n      "8": {}\n      "8": {}\n', Loader=Strict)
