@@ -187,7 +187,7 @@ def numbers(markdown: str) -> list[Found]:
     text = prose(markdown)
     out = []
     line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
-    under = _headings_by_line(text)
+    under = _headings_by_line(text, markdown)
     for m in NUMBER.finditer(text):
         start, end = m.span()
         before, after = text[max(0, start - 40) : start], text[end : end + 12]
@@ -222,17 +222,19 @@ def numbers(markdown: str) -> list[Found]:
     return out
 
 
-def _headings_by_line(text: str) -> list[tuple[str, ...]]:
-    """For each line of a page's prose (code already blanked), the headings it stands under,
-    outermost first, one per level (a level 1 title, a `##` section, its `###` ...); an absent
-    level is "" so that index 1 is always the `##` section."""
+def _headings_by_line(text: str, markdown: str) -> list[tuple[str, ...]]:
+    """For each line of a page, the headings it stands under, outermost first, one per level (a
+    level 1 title, a `##` section, its `###` ...); an absent level is "" so that index 1 is
+    always the `##` section. A heading is a line of the prose `text` (code blanked, so a `#` in
+    a code block is none); its name is the page's own line (`markdown`), inline code included
+    (`` ## `tying demo` `` is named "`tying demo`")."""
     chain: list[str] = []
     out = []
-    for line in text.split("\n"):
+    for line, raw in zip(text.split("\n"), markdown.split("\n"), strict=True):
         m = _HEADING.match(line)
         if m:
             level = len(m.group(1))
-            chain = [*(chain + [""] * level)[: level - 1], m.group(2)]
+            chain = [*(chain + [""] * level)[: level - 1], raw.lstrip("#").strip()]
         out.append(tuple(chain))
     return out
 

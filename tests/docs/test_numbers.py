@@ -268,6 +268,8 @@ def test_a_scoped_key_covers_its_sections_numbers_only():
         "0.047": ["", "13. Teacher mode", "4. Alignment"]
     }
     assert N.split_key("1,319 @ 14b.") == ("1,319", "14b.")
+    code_heading = N.numbers("# T\n\n## `tying demo --steps 4`\n\nIt ran 12 steps.\n")
+    assert [f.section for f in code_heading] == ["`tying demo --steps 4`"]
     assert [N.covers("0.047 @ Title", f) for f in found] == [True, False, False, False]
     assert [N.scope_of(f) for f in found] == [
         "Title",
