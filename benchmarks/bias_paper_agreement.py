@@ -23,6 +23,11 @@ imported, so those points are formed here as that function forms them, and their
 (scipy) is compared with ours over the probe's default corpus (the Gutenberg validation books,
 first 200,000 tokens).
 
+Gradient provenance: the published log of the paper's Figure 5 run
+(`experiments/5_gradient_flow/.../gradient_provenance.csv`) summarized by the published
+`plot_gradient_provenance` (the mean output share of its rolling means over 20 steps) over the
+first 1,000 and 10,000 steps.
+
 Usage:
     python benchmarks/bias_paper_agreement.py --published DIR [--published-commit SHA]
         [--threads 2] [--seed 0] [--out benchmarks/results/bias_paper_agreement.json]
@@ -31,11 +36,15 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import importlib.util
+import io
 import os
+import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
@@ -56,7 +65,10 @@ PUBLISHED = {
         "experiments/1_embedding_alignment/Appendix_B/reproduce_spectral_distance.py"
     ),
     "track_evolution": "experiments/3_embedding_evolution/track_evolution.py",
+    "plot_gradient_provenance": "experiments/5_gradient_flow/plot_gradient_provenance.py",
 }
+#: The gradient-provenance log of the paper's Figure 5 run, published in its repository.
+PROVENANCE_LOG = "experiments/5_gradient_flow/OLMo-1B-tied-no-scale-10000/gradient_provenance.csv"
 NOISE = 0.5
 KNN_K = 10
 SPECTRAL_K = 64
@@ -162,6 +174,20 @@ def lowest_copies_first(lists: Tensor, groups: list[list[int]]) -> bool:
             if not _holds_lowest(lists[m : m + 1], members[members != m]):
                 return False
     return True
+
+
+def provenance_share(pub: dict[str, ModuleType], root: Path, max_steps: int) -> float:
+    """The "Output Projection" average percentage that the published
+    `plot_gradient_provenance` prints for the published log's first `max_steps` steps."""
+    out = io.StringIO()
+    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(out):
+        pub["plot_gradient_provenance"].plot_gradient_provenance(
+            str(root / PROVENANCE_LOG), str(Path(tmp) / "plot.png"), max_steps=max_steps
+        )
+    match = re.search(r"Output Projection: ([0-9.]+)%", out.getvalue())
+    if match is None:
+        raise RuntimeError("the published plot_gradient_provenance printed no output share")
+    return float(match.group(1))
 
 
 class Clock:
@@ -374,6 +400,17 @@ def main() -> None:
             "published_points": float(spearmanr(x, y).statistic),
         }
     result["norm_frequency"] = nf
+
+    # The published log of the Figure 5 run, summarized by the published plotting function
+    # (it prints the mean output share of the rolling means, window 20, up to max_steps).
+    result["gradient_provenance_log"] = {
+        "csv": PROVENANCE_LOG,
+        "window": 20,
+        **{
+            f"output_share_percent_first_{n}_steps": provenance_share(pub, args.published, n)
+            for n in (1000, 10000)
+        },
+    }
 
     # The largest |ours − published| of each family (the agreement the page states).
     def gap(pairs_):
