@@ -6,33 +6,35 @@ fenced and indented code, inline code and generated blocks) that is neither
 * in a generated block (`<!-- generated: ... -->` ... `<!-- end generated -->`, or the claims
   table's markers),
 * tied to a JSON key of the repository on its page (`pages.<page>.numbers`: the number as
-  printed -> a value spec of `studies.claims`, checked against the JSON),
+  printed -> a value spec of `studies.claims`, checked against the JSON, or against a config's
+  YAML),
 * a default of the code (`pages.<page>.defaults`: the number as printed -> the dotted name of
   a dataclass field or a module constant, e.g. `tying.options.finetune.FinetuneOptions.rank`,
   or a list of such names; the test checks each one's value against the printed number),
+* on the page's reviewed allow-list (`pages.<page>.allow`: a version, a constant of the
+  method, arithmetic on a definition, each with its reason), nor
 * allowed by the short rules below (dates, versions, references to sections, tables, figures,
   rows, seeds and steps, list markers, names such as GPT-2, and the constants of the command
-  line's interface: an exit status 0, 1, 2, 130 or 143 where the text says it is one), nor
-* counted in the page's `untied` budget: a ratchet for the pages not yet tied, which must equal
-  the page's count of untied numbers (a new untied number fails the test, and so does tying one
-  without lowering the count).
+  line's interface: an exit status 0, 1, 2, 130 or 143 where the text says it is one).
 
-`python -m studies.numbers` resets every page's budget to its count today: for the lead
-after merging branches whose new numbers were reviewed, never to silence a new one.
-`python -m studies.numbers --tie PAGE ...` (or `--tie-all`) ties a page's untied numbers to the
-JSON files it cites where a leaf prints as the number and its key says what the number is
-(`studies.numbers_tie`), lowers the budgets and reports the numbers that match no cited JSON.
-`python -m studies.numbers --tie-defaults PAGE ...` (or `--tie-defaults-all`) ties them to the
-code's defaults instead (`defaults:`), where the words around every occurrence of the number
-name a field or constant of that value (`studies.numbers_defaults`).
+A number is its text as printed ("47.7", "1,064,960", "−0.204"); the sign is dropped. An entry's
+key is that text, optionally scoped to a heading (`"0.047 @ 13."`: the 0.047s under a heading
+that starts with "13.", `covers`); a key without a scope covers the page, and the test fails on
+one whose numbers stand in more than one `##` section (`spanning`): one entry would vouch for
+unrelated numbers that print alike.
 
-A number is its text as printed ("47.7", "1,064,960", "−0.204"); the sign is dropped, so one
-entry ties "0.204" wherever it appears on that page.
+`python -m studies.numbers` lists every number the test would fail on and every spanning key
+(exit 1 if there are any). `--tie PAGE ...` (or `--tie-all`) ties a page's uncovered numbers to
+the JSON files it cites where a leaf prints as the number and its key says what the number is
+(`studies.numbers_tie`) and reports the numbers that match no cited JSON; `--tie-defaults
+PAGE ...` (or `--tie-defaults-all`) ties them to the code's defaults instead (`defaults:`),
+where the words around every occurrence of the number name a field or constant of that value
+(`studies.numbers_defaults`); `--spanning PAGE ...` lists the spanning keys with their
+occurrences.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import re
 from collections.abc import Callable
@@ -276,51 +278,12 @@ def spanning(markdown: str, entry: dict) -> dict[str, list[str]]:
     return out
 
 
-def write_budgets(root: Path, source: Path | None = None) -> dict[str, tuple[int, int]]:
-    """Set every page's `untied` budget in docs/numbers.yaml to its count today (after merging
-    branches that were reviewed with their numbers); a page missing from the file is appended.
-    Comments and the order of the file are kept.
-
-    Returns:
-        {page: (old budget, new budget)} for every page whose budget changed.
-    """
-    import yaml
-
-    path = source or root / "docs" / "numbers.yaml"
-    text = path.read_text()
-    spec = yaml.safe_load(text)["pages"]
-    changed = {}
-    for page_path in pages(root):
-        page = str(page_path.relative_to(root))
-        entry = spec.get(page) or {}
-        count = len(untied(root, page, entry))
-        old = entry.get("untied", 0) if page in spec else None
-        if old == count:
-            continue
-        changed[page] = (old if old is not None else -1, count)
-        if page not in spec:
-            text = text.rstrip("\n") + f"\n  {page}:\n    untied: {count}\n"
-            continue
-        head = re.search(rf"(?m)^  {re.escape(page)}:\n", text)
-        assert head is not None, page
-        nxt = re.search(r"(?m)^  \S", text[head.end() :])
-        stop = head.end() + (nxt.start() if nxt else len(text) - head.end())
-        block = text[head.end() : stop]
-        if re.search(r"(?m)^    untied: \d+$", block):
-            block = re.sub(r"(?m)^    untied: \d+$", f"    untied: {count}", block)
-        else:
-            block = block.rstrip("\n") + f"\n    untied: {count}\n"
-        text = text[: head.end()] + block + text[stop:]
-    path.write_text(text)
-    return changed
-
-
 def tie(
     root: Path, page_names: list[str], source: Path | None = None, write: bool = True
 ) -> list[Any]:
     """Propose the ties of the untied numbers of `page_names` (`studies.numbers_tie`) and, with
-    `write`, write them into docs/numbers.yaml (`source`) with the pages' lowered budgets;
-    each written entry is checked against its JSON. Returns the pages' `PageResult`s."""
+    `write`, write them into docs/numbers.yaml (`source`); each written entry is checked
+    against its JSON. Returns the pages' `PageResult`s."""
     import yaml
 
     from studies import claims as C
@@ -335,14 +298,14 @@ def tie(
             root, page, markdown, prose(markdown), untied(root, page, entry), entry_key(markdown)
         )
         results.append(result)
-        if not write or (not result.ties and entry.get("untied") == result.untied_after):
+        if not write or not result.ties:
             continue
         names = T.aliases(path.read_text())
         lines = [
             T.entry_line(label, T.value_spec(m, T.printed(split_key(label)[0], "")), names)
             for label, m in result.ties.items()
         ]
-        T.write_ties(path, page, lines, result.untied_after)
+        T.write_ties(path, page, lines)
         check = (yaml.safe_load(path.read_text())["pages"][page] or {}).get("numbers") or {}
         for label in result.ties:
             got = C.Value(name=label, **check[label])
@@ -355,7 +318,7 @@ def tie_defaults(
 ) -> list[Any]:
     """Propose ties of the untied numbers of `page_names` to the defaults of the code
     (`studies.numbers_defaults`) and, with `write`, write them into the pages' `defaults` in
-    docs/numbers.yaml (`source`) with the lowered budgets; each written name is read back
+    docs/numbers.yaml (`source`); each written name is read back
     with `code_default` and checked against the printed number. Returns the pages'
     `DefaultsResult`s."""
     import yaml
@@ -370,10 +333,10 @@ def tie_defaults(
         markdown = (root / page).read_text()
         result = D.propose(page, markdown, untied(root, page, entry), defaults)
         results.append(result)
-        if not write or (not result.ties and entry.get("untied") == result.untied_after):
+        if not write or not result.ties:
             continue
         lines = [D.entry_line(label, names) for label, names in result.ties.items()]
-        D.write_defaults(path, page, lines, result.untied_after)
+        D.write_defaults(path, page, lines)
         check = (yaml.safe_load(path.read_text())["pages"][page] or {}).get("defaults") or {}
         for label, names in result.ties.items():
             written = check[label]
@@ -384,10 +347,11 @@ def tie_defaults(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m studies.numbers`: reset the pages' untied budgets in docs/numbers.yaml
-    to today's counts (after a reviewed merge); each change is logged. With `--tie PAGE ...`
-    or `--tie-all`: propose ties of the pages' untied numbers to the JSON files they cite,
-    write them and lower the budgets (`studies.numbers_tie`), and print a report."""
+    """`python -m studies.numbers`: list every number of every page that no entry of
+    docs/numbers.yaml covers, and every spanning key (exit 1 if there are any). With `--tie
+    PAGE ...` or `--tie-all`: propose ties of the pages' untied numbers to the JSON files they
+    cite, write them (`studies.numbers_tie`) and print a report; `--tie-defaults` likewise to
+    the code's defaults; `--spanning PAGE ...`: the spanning keys of those pages only."""
     import argparse
     import json
 
@@ -437,9 +401,22 @@ def main(argv: list[str] | None = None) -> int:
             unmatched = {r.page: r.unmatched for r in results if r.unmatched}
             args.unmatched.write_text(json.dumps(unmatched, indent=1, ensure_ascii=False) + "\n")
         return 0
-    for page, (old, new) in write_budgets(args.root).items():
-        logging.getLogger(__name__).warning("%s: untied budget %d -> %d", page, old, new)
-    return 0
+    every = _chosen(ap, args.root, [], True)
+    return max(_print_untied(args.root, every), _print_spanning(args.root, every))
+
+
+def _print_untied(root: Path, chosen: list[str]) -> int:
+    """Print each page's numbers that no entry covers (`untied`), one a line; 1 if any."""
+    import yaml
+
+    spec = yaml.safe_load((root / "docs" / "numbers.yaml").read_text())["pages"]
+    total = 0
+    for page in chosen:
+        for f in untied(root, page, spec.get(page) or {}):
+            total += 1
+            print(f"{page}:{f.line}: {f.text!r} [{f.section[:30]}] …{f.context}…")
+    print(f"{total} numbers without a source")
+    return 1 if total else 0
 
 
 def _print_spanning(root: Path, chosen: list[str]) -> int:
@@ -474,5 +451,4 @@ def _chosen(ap: Any, root: Path, names: list[str], every: bool, flag: str = "--t
 
 
 if __name__ == "__main__":
-    logging.basicConfig(format="%(message)s")
     raise SystemExit(main())

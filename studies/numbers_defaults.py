@@ -24,7 +24,7 @@ way `studies.numbers.code_default` checks them: with `ast`, nothing imported.
    occurrence of it on the page matches; its names are those with the most field words
    shared with each occurrence's words (ties kept: "8" may be the LoRA rank and its batch
    size), at most `MAX_NAMES` of them, else the number is ambiguous and left for review.
-5. The ties are written into the page's `defaults:` block and the budget is lowered.
+5. The ties are written into the page's `defaults:` block.
 """
 
 from __future__ import annotations
@@ -431,10 +431,10 @@ def entry_line(label: str, names: list[str]) -> str:
     return f'      "{label}": {value}'
 
 
-def write_defaults(path: Path, page: str, lines: list[str], budget: int) -> None:
+def write_defaults(path: Path, page: str, lines: list[str]) -> None:
     """Add `lines` (entries of `defaults`) to `page`'s block of the YAML file at `path` (after
-    its existing defaults, else after its `numbers`, else first) and set its `untied`
-    budget; the rest of the file is kept as it is."""
+    its existing defaults, else after its `numbers`, else first); the rest of the file is kept
+    as it is."""
 
     def insert(block: str) -> str:
         if not lines:
@@ -448,7 +448,7 @@ def write_defaults(path: Path, page: str, lines: list[str], budget: int) -> None
             return block[: numbers.end()] + "    defaults:\n" + new + block[numbers.end() :]
         return "    defaults:\n" + new + block
 
-    T.update_page_block(path, page, insert, budget)
+    T.update_page_block(path, page, insert)
 
 
 def report(results: list[DefaultsResult]) -> str:

@@ -41,8 +41,9 @@ reads no page itself: `studies.numbers.tie` hands it a page's untied numbers):
      seed-3 train-loss gap and the seed-7 validation gap both print as 0.185), the number is
      left for review;
 6. the ties are written into the page's `numbers` in docs/numbers.yaml (the file's entries,
-   comments and anchors are kept; a file with an anchor is written as its alias) and the
-   page's `untied` budget is lowered to the count left.
+   comments and anchors are kept; a file with an anchor is written as its alias), each under
+   the key `studies.numbers.entry_key` gives it (scoped to its section where the same text
+   stands in several).
 
 Numbers that carry information but match no leaf of any cited file are reported as
 "unmatched": candidates for a number that disagrees with its source, or whose source the page
@@ -558,9 +559,9 @@ def entry_line(label: str, spec: dict[str, Any], aliases: dict[str, str]) -> str
     return f"      {json.dumps(label, ensure_ascii=False)}: {{{', '.join(parts)}}}"
 
 
-def write_ties(path: Path, page: str, lines: list[str], budget: int) -> None:
-    """Append `lines` (entries of `numbers`) to `page`'s block of the YAML file at `path` and
-    set its `untied` budget; the rest of the file is kept as it is."""
+def write_ties(path: Path, page: str, lines: list[str]) -> None:
+    """Append `lines` (entries of `numbers`) to `page`'s block of the YAML file at `path`; the
+    rest of the file is kept as it is."""
 
     def insert(block: str) -> str:
         if not lines:
@@ -572,13 +573,13 @@ def write_ties(path: Path, page: str, lines: list[str], budget: int) -> None:
             return "    numbers:\n" + new + block
         return block[: numbers.end()] + new + block[numbers.end() :]
 
-    update_page_block(path, page, insert, budget)
+    update_page_block(path, page, insert)
 
 
-def update_page_block(path: Path, page: str, insert: Callable[[str], str], budget: int) -> None:
+def update_page_block(path: Path, page: str, insert: Callable[[str], str]) -> None:
     """Rewrite `page`'s block of the YAML file at `path` (created at the end if missing) by
-    `insert` (block text -> block text) and set its `untied` budget; the rest of the file,
-    the comment lines just above the next page included, is kept as it is."""
+    `insert` (block text -> block text); the rest of the file, the comment lines just above the
+    next page included, is kept as it is."""
     text = path.read_text()
     head = re.search(rf"(?m)^  {re.escape(page)}:\n", text)
     if head is None:
@@ -592,10 +593,6 @@ def update_page_block(path: Path, page: str, insert: Callable[[str], str], budge
     trail = re.search(r"(?:^  #[^\n]*\n)+\Z", block, re.M)
     tail = trail.group(0) if trail else ""
     block = insert(block[: len(block) - len(tail)])
-    if re.search(r"(?m)^    untied: \d+$", block):
-        block = re.sub(r"(?m)^    untied: \d+$", f"    untied: {budget}", block)
-    else:
-        block = block.rstrip("\n") + f"\n    untied: {budget}\n"
     path.write_text(text[: head.end()] + block + tail + text[stop:])
 
 

@@ -18,12 +18,12 @@ from studies import numbers_tie as T
 HEAD = "# a comment that stays\nR: &R docs/results/r.json\npages:\n"
 
 
-def _repo(tmp_path, page: str, data: dict, budget: int, entry: str = "") -> None:
+def _repo(tmp_path, page: str, data: dict, entry: str = "") -> None:
     (tmp_path / "docs" / "results").mkdir(parents=True)
     (tmp_path / "docs" / "results" / "r.json").write_text(json.dumps(data))
     (tmp_path / "docs" / "a.md").write_text(page)
     (tmp_path / "docs" / "numbers.yaml").write_text(
-        HEAD + f"  docs/a.md:\n{entry}    untied: {budget}\n  docs/b.md:\n    untied: 0\n"
+        HEAD + f"  docs/a.md:\n{entry}  docs/b.md:\n    allow: {{}}\n"
     )
 
 
@@ -40,7 +40,7 @@ def _spec(tmp_path) -> dict:
 
 
 def test_ties_by_decimals_and_percent_leaves_small_integers_and_reports_unmatched(tmp_path):
-    _repo(tmp_path, PAGE, DATA, budget=4)
+    _repo(tmp_path, PAGE, DATA)
     (result,) = N.tie(tmp_path, ["docs/a.md"])
     entry = _spec(tmp_path)["docs/a.md"]
     assert entry["numbers"] == {
@@ -53,8 +53,8 @@ def test_ties_by_decimals_and_percent_leaves_small_integers_and_reports_unmatche
             "scale": 100.0,
         },
     }
-    # "8" is not tied (a small integer), "0.777" matches no leaf: two left, the budget says so
-    assert entry["untied"] == 2 and (result.untied_before, result.untied_after) == (4, 2)
+    # "8" is not tied (a small integer), "0.777" matches no leaf: two left
+    assert (result.untied_before, result.untied_after) == (4, 2)
     assert [u["number"] for u in result.unmatched] == ["0.777"]
     assert result.unmatched[0]["significant_digits"] == 3 and result.unmatched[0]["line"] == 4
     assert [f.text for f in N.untied(tmp_path, "docs/a.md", entry)] == ["8", "0.777"]
@@ -66,19 +66,19 @@ def test_ties_by_decimals_and_percent_leaves_small_integers_and_reports_unmatche
 
 
 def test_the_yaml_keeps_comments_anchors_and_other_pages_and_a_rerun_changes_nothing(tmp_path):
-    _repo(tmp_path, PAGE, DATA, budget=4)
+    _repo(tmp_path, PAGE, DATA)
     N.tie(tmp_path, ["docs/a.md"])
     text = (tmp_path / "docs" / "numbers.yaml").read_text()
     assert text.startswith(HEAD)
     assert '"0.521": {file: *R, path: val_loss, value: 0.521, digits: 3}' in text
-    assert text.endswith("  docs/b.md:\n    untied: 0\n")
+    assert text.endswith("  docs/b.md:\n    allow: {}\n")
     (again,) = N.tie(tmp_path, ["docs/a.md"])
     assert again.ties == {} and (tmp_path / "docs" / "numbers.yaml").read_text() == text
 
 
 def test_existing_entries_are_kept_and_not_proposed_again(tmp_path):
     entry = '    numbers:\n      "0.521": {file: *R, path: val_loss, value: 0.521, digits: 3}\n'
-    _repo(tmp_path, PAGE, DATA, budget=3, entry=entry)
+    _repo(tmp_path, PAGE, DATA, entry=entry)
     (result,) = N.tie(tmp_path, ["docs/a.md"])
     assert list(result.ties) == ["52.1"]
     assert list(_spec(tmp_path)["docs/a.md"]["numbers"]) == ["0.521", "52.1"]
@@ -86,7 +86,7 @@ def test_existing_entries_are_kept_and_not_proposed_again(tmp_path):
 
 def test_scientific_notation_ties_by_significant_digits_and_k_by_thousands(tmp_path):
     page = "See `docs/results/r.json`: a kl of 9.6e-4 at 362k tokens/s.\n"
-    _repo(tmp_path, page, {"kl": 0.000957, "tokens_per_s": 362104.0}, budget=2)
+    _repo(tmp_path, page, {"kl": 0.000957, "tokens_per_s": 362104.0})
     (result,) = N.tie(tmp_path, ["docs/a.md"])
     numbers = _spec(tmp_path)["docs/a.md"]["numbers"]
     assert numbers["9.6e-4"] == {
@@ -123,7 +123,7 @@ def test_the_rules_against_a_tie_to_another_quantity(tmp_path):
         "accuracy_ci": 0.18,  # shares no word with "The rate is 0.18 here."
         "units": [{"gap_train": 0.1849}, {"gap_val": 0.1852}],  # two quantities, one print
     }
-    _repo(tmp_path, page, data, budget=4)
+    _repo(tmp_path, page, data)
     (result,) = N.tie(tmp_path, ["docs/a.md"], write=False)
     assert result.ties == {}
     assert sorted(result.no_word) == ["0.18", "0.322"]
@@ -184,11 +184,11 @@ def test_a_page_that_is_not_a_page_is_bad_input(tmp_path, capsys):
 PRESET_D = "tying.decoder.presets.PRESETS.tiny.d_model"
 
 
-def _defaults_repo(tmp_path, page: str, budget: int) -> None:
+def _defaults_repo(tmp_path, page: str) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.md").write_text(page)
     (tmp_path / "docs" / "numbers.yaml").write_text(
-        HEAD + f"  docs/a.md:\n    untied: {budget}\n  docs/b.md:\n    untied: 0\n"
+        HEAD + "  docs/a.md:\n  docs/b.md:\n    allow: {}\n"
     )
 
 
@@ -196,13 +196,13 @@ def test_a_number_in_a_sentence_naming_the_field_ties_to_the_preset_and_reruns_c
     tmp_path,
 ):
     page = "# Model\n\nThe tiny preset has a d_model of 256 and 40 books.\n"
-    _defaults_repo(tmp_path, page, budget=2)
+    _defaults_repo(tmp_path, page)
     (result,) = N.tie_defaults(tmp_path, ["docs/a.md"])
     assert result.ties == {"256": [PRESET_D]}
     assert (result.untied_before, result.untied_after) == (2, 1)
     text = (tmp_path / "docs" / "numbers.yaml").read_text()
-    assert f'  docs/a.md:\n    defaults:\n      "256": {PRESET_D}\n    untied: 1\n' in text
-    assert text.startswith(HEAD) and text.endswith("  docs/b.md:\n    untied: 0\n")
+    assert f'  docs/a.md:\n    defaults:\n      "256": {PRESET_D}\n  docs/b.md:' in text
+    assert text.startswith(HEAD) and text.endswith("  docs/b.md:\n    allow: {}\n")
     entry = _spec(tmp_path)["docs/a.md"]
     assert N.code_default(entry["defaults"]["256"]) == 256  # the check of test_numbers.py
     assert [f.text for f in N.untied(tmp_path, "docs/a.md", entry)] == ["40"]
@@ -212,16 +212,16 @@ def test_a_number_in_a_sentence_naming_the_field_ties_to_the_preset_and_reruns_c
 
 def test_a_number_equal_to_a_default_in_a_sentence_naming_nothing_related_is_not_tied(tmp_path):
     page = "# Data\n\nWe read 256 books of the corpus.\n"
-    _defaults_repo(tmp_path, page, budget=1)
+    _defaults_repo(tmp_path, page)
     (result,) = N.tie_defaults(tmp_path, ["docs/a.md"])
     assert result.ties == {} and result.value_only == ["256"]
-    assert _spec(tmp_path)["docs/a.md"] == {"untied": 1}
+    assert _spec(tmp_path)["docs/a.md"] is None  # nothing written
 
 
 def test_every_field_of_the_value_that_the_sentence_names_equally_is_listed(tmp_path):
     """Without a preset's name, "d = 256" is the decoder's default width and tiny's."""
     page = "# Model\n\nThe width is d = 256 by default.\n"
-    _defaults_repo(tmp_path, page, budget=1)
+    _defaults_repo(tmp_path, page)
     (result,) = N.tie_defaults(tmp_path, ["docs/a.md"], write=False)
     assert result.ties == {"256": ["tying.decoder.config.ModelConfig.d_model", PRESET_D]}
 
