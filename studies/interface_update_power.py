@@ -21,12 +21,11 @@ import json
 import math
 from pathlib import Path
 
-from tying.evaluation.stats import sign_flip_power, units_for_power
+from studies.update_power import MAX_UNITS, power_row
 
 RATIOS = {"1.5": 1.5, "1.25": 1.25, "1.1": 1.1}
 UNITS = (8, 10, 12)
 ALPHAS = {"0.05": 0.05, "0.025": 0.025}
-MAX_UNITS = 16  # 2^16 sign patterns per simulated sample
 
 
 def table(sd: float, simulations: int) -> dict[str, dict]:
@@ -36,20 +35,7 @@ def table(sd: float, simulations: int) -> dict[str, dict]:
     for label, spread in (("sd", sd), ("2sd", 2 * sd)):
         rows = {}
         for name, ratio in RATIOS.items():
-            effect = math.log(ratio)
-            rows[name] = {
-                "effect_log": effect,
-                "power": {
-                    a: {
-                        str(n): sign_flip_power(effect, spread, n, alpha, simulations=simulations)
-                        for n in UNITS
-                    }
-                    for a, alpha in ALPHAS.items()
-                },
-                "units_for_80_percent": units_for_power(
-                    effect, spread, max_n=MAX_UNITS, simulations=simulations
-                ),
-            }
+            rows[name] = power_row(math.log(ratio), spread, UNITS, simulations, ALPHAS)
         out[label] = {"sd_log": spread, "ratios": rows}
     return out
 

@@ -23,7 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from tying.evaluation.stats import sign_flip_power, units_for_power
 
@@ -31,6 +33,33 @@ EFFECTS = {"1.25x": math.log(1.25), "1.5x": math.log(1.5), "2x": math.log(2.0)}
 UNITS = list(range(6, 17, 2))
 MAX_UNITS = 16  # 2^16 sign patterns per simulated sample
 SIDE_TEXT = "wikitext-2"
+
+
+def power_row(
+    effect: float,
+    spread: float,
+    units: Iterable[int],
+    simulations: int,
+    alphas: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """One row of a power table: {"effect_log": effect, "power": {n: power} (or, with `alphas`,
+    {alpha's name: {n: power}}), "units_for_80_percent": the fewest units for 80 % power at
+    α = 0.05, or None up to `MAX_UNITS`} for a true mean paired difference `effect` and an sd
+    `spread` (log units) under the exact two-sided sign-flip test."""
+
+    def powers(alpha: float) -> dict[str, float]:
+        return {
+            str(n): sign_flip_power(effect, spread, n, alpha, simulations=simulations)
+            for n in units
+        }
+
+    return {
+        "effect_log": effect,
+        "power": powers(0.05) if alphas is None else {a: powers(x) for a, x in alphas.items()},
+        "units_for_80_percent": units_for_power(
+            effect, spread, max_n=MAX_UNITS, simulations=simulations
+        ),
+    }
 
 
 def primary_values(report: dict) -> dict[str, dict[str, float]]:
@@ -52,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--report", default="docs/results/updates_report.json")
     ap.add_argument("--out", default="docs/results/update_power.json")
-    ap.add_argument("--simulations", type=int, default=4000)
+    ap.add_argument("--simulations", type=int, default=2000)
     args = ap.parse_args(argv)
     values = primary_values(json.loads(Path(args.report).read_text()))
     tasks = sorted(values["teacher"])
@@ -62,16 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, spread in (("sd", sd), ("2sd", 2 * sd)):
         rows = {}
         for name, effect in EFFECTS.items():
-            rows[name] = {
-                "effect_log": effect,
-                "power": {
-                    str(n): sign_flip_power(effect, spread, n, simulations=args.simulations)
-                    for n in UNITS
-                },
-                "units_for_80_percent": units_for_power(
-                    effect, spread, max_n=MAX_UNITS, simulations=args.simulations
-                ),
-            }
+            rows[name] = power_row(effect, spread, UNITS, args.simulations)
         table[label] = {"sd_log": spread, "effects": rows}
     result = {
         "what": "power of the exact two-sided sign-flip test, alpha 0.05, of the PIT - TT "
