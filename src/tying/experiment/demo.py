@@ -22,9 +22,10 @@ the step-0 KL), the update step about 6 min, probes and lens the rest. Cut to 36
 (empty caches, quiet machine, 2026-11-23) took 16 min 11 s: setup 85 s, data and GGUF 39 s,
 TT 208 s, PIT conversion 65 s and training 164 s, the update step 300 s (PIT's generations
 ran to the 256-token limit: 70 s of it), probes 60 s, lens 49 s. Hence the defaults now:
-24,576 tokens (12 steps) and generations of at most `DEMO_MAX_NEW_TOKENS`. With those and
-PIT converted by the fit on `DEMO_FIT_TOKENS` (16 s), `make demo` from a fresh clone took
-8 min 50 s (2026-11-24, quiet machine; docs/results.md §9).
+24,576 tokens (12 steps) and generations of at most `DEMO_MAX_NEW_TOKENS`, with PIT converted
+by the fit on `DEMO_FIT_TOKENS`. On a CPU the demo runs half of that (`resolve_budget`); the
+time `make demo` takes from a fresh clone is measured by benchmarks/results/make_demo.json and
+quoted in the README.
 """
 
 from __future__ import annotations
