@@ -29,7 +29,13 @@ def _value(label: str, spec: dict) -> C.Value:
 
 
 def _tied(page: str) -> list[tuple[str, C.Value]]:
-    return [(k, _value(k, v)) for k, v in (SPEC[page].get("numbers") or {}).items()]
+    """(key, value) of every tie of the page; an entry holding a list (one spec per occurrence
+    it covers, in page order) gives one pair per spec."""
+    return [
+        (k, _value(k, spec))
+        for k, v in (SPEC[page].get("numbers") or {}).items()
+        for spec in (v if isinstance(v, list) else [v])
+    ]
 
 
 def _untied(page: str) -> list[N.Found]:
@@ -56,6 +62,20 @@ def test_no_entry_vouches_for_several_sections(page):
     numbers that print alike to one source: scope it ("0.047 @ 13."), one entry per section."""
     spread = N.spanning((ROOT / page).read_text(), SPEC[page])
     assert not spread, f"{page}: keys covering several sections (scope them): {spread}"
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if SPEC.get(p, {}).get("numbers")])
+def test_a_list_entry_has_one_source_per_occurrence(page):
+    """An entry whose number the page prints several times with different sources lists one
+    spec per occurrence it covers, in page order: the count must match the page."""
+    found = N.numbers((ROOT / page).read_text())
+    for key, specs in (SPEC[page].get("numbers") or {}).items():
+        if isinstance(specs, list):
+            covered = [f for f in found if N.covers(key, f)]
+            assert len(specs) == len(covered), (
+                f"{page} {key!r}: {len(specs)} sources for {len(covered)} occurrences "
+                f"(lines {[f.line for f in covered]})"
+            )
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if SPEC.get(p, {}).get("numbers")])
