@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         "sd_treatment": primary["treatment_sd"],
         "simulations": args.simulations,
         "max_units": MAX_UNITS,
-        "units": list(UNITS),
+        "unit_counts": list(UNITS),
         "table": table(primary["sd"], args.simulations),
     }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
