@@ -28,14 +28,26 @@ def _value(label: str, spec: dict) -> C.Value:
     return C.Value(name=label, **spec)
 
 
-def _tied(page: str) -> list[tuple[str, C.Value]]:
-    """(key, value) of every tie of the page; an entry holding a list (one spec per occurrence
-    it covers, in page order) gives one pair per spec."""
+def _specs(page: str) -> list[tuple[str, dict]]:
+    """(key, spec) of every tie of the page's `numbers:`; an entry holding a list (one spec per
+    occurrence it covers, in page order) gives one pair per element. An element is a value
+    spec (`file`, `path`, ...), `{default: NAME or [NAMES]}` (a default of the code) or
+    `{allow: REASON}` (a non-measurement)."""
     return [
-        (k, _value(k, spec))
+        (k, spec)
         for k, v in (SPEC[page].get("numbers") or {}).items()
         for spec in (v if isinstance(v, list) else [v])
     ]
+
+
+def _tied(page: str) -> list[tuple[str, C.Value]]:
+    return [(k, _value(k, s)) for k, s in _specs(page) if "default" not in s and "allow" not in s]
+
+
+def _defaults(page: str) -> list[tuple[str, str | list[str]]]:
+    """(key, name or names) of the page's `defaults:` and of list elements `{default: ...}`."""
+    listed = [(k, s["default"]) for k, s in _specs(page) if "default" in s]
+    return [*(SPEC[page].get("defaults") or {}).items(), *listed]
 
 
 def _untied(page: str) -> list[N.Found]:
@@ -76,6 +88,10 @@ def test_a_list_entry_has_one_source_per_occurrence(page):
                 f"{page} {key!r}: {len(specs)} sources for {len(covered)} occurrences "
                 f"(lines {[f.line for f in covered]})"
             )
+            for spec in specs:
+                kinds = {"file", "default", "allow"} & set(spec)
+                assert len(kinds) == 1, f"{page} {key!r}: an element is one of {kinds}: {spec}"
+                assert "allow" not in spec or spec["allow"].strip(), f"{page} {key!r}: no reason"
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if SPEC.get(p, {}).get("numbers")])
@@ -91,9 +107,9 @@ def test_every_tied_number_is_its_json_value(page):
         )
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if SPEC.get(p, {}).get("defaults")])
+@pytest.mark.parametrize("page", [p for p in PAGES if _defaults(p)])
 def test_every_default_is_the_codes_value(page):
-    for label, names in SPEC[page]["defaults"].items():
+    for label, names in _defaults(page):
         printed = float(N.split_key(label)[0].rstrip("k%×").replace(",", ""))
         for name in [names] if isinstance(names, str) else names:
             got = N.code_default(name)
@@ -328,3 +344,22 @@ def test_no_key_is_given_twice():
     yaml.load((ROOT / "docs" / "numbers.yaml").read_text(), Loader=Strict)
     with pytest.raises(AssertionError, match="given twice"):
         yaml.load('pages:\n  a.md:\n    numbers:\n      "8": {}\n      "8": {}\n', Loader=Strict)
+
+
+def test_a_list_element_may_be_a_default_or_an_allow_reason(monkeypatch):
+    """A list entry's elements are read by kind: value specs are checked against their file,
+    `{default: NAME}` against the code, `{allow: REASON}` only for its reason."""
+    spec = {"file": "docs/results/report.json", "path": "config/train/seq_len", "value": 256}
+    page = {
+        "numbers": {
+            "256 @ 4.": [
+                spec,
+                {"default": "tying.decoder.presets.PRESETS.tiny.d_model"},
+                {"allow": "a shape"},
+            ]
+        }
+    }
+    monkeypatch.setitem(SPEC, "x.md", page)
+    assert [v.path for _, v in _tied("x.md")] == ["config/train/seq_len"]
+    assert _defaults("x.md") == [("256 @ 4.", "tying.decoder.presets.PRESETS.tiny.d_model")]
+    assert N.code_default(_defaults("x.md")[0][1]) == 256
