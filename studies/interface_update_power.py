@@ -21,7 +21,7 @@ import json
 import math
 from pathlib import Path
 
-from studies.update_power import MAX_UNITS, power_row
+from studies.update_power import MAX_UNITS, power_table
 
 RATIOS = {"1.5": 1.5, "1.25": 1.25, "1.1": 1.1}
 UNITS = (8, 10, 12)
@@ -31,13 +31,8 @@ ALPHAS = {"0.05": 0.05, "0.025": 0.025}
 def table(sd: float, simulations: int) -> dict[str, dict]:
     """{"sd" | "2sd": {"sd_log", "ratios": {ratio: {"effect_log", "power": {alpha: {n: power}},
     "units_for_80_percent": n or None (at α = 0.05)}}}} for the paired sd `sd` (log units)."""
-    out: dict[str, dict] = {}
-    for label, spread in (("sd", sd), ("2sd", 2 * sd)):
-        rows = {}
-        for name, ratio in RATIOS.items():
-            rows[name] = power_row(math.log(ratio), spread, UNITS, simulations, ALPHAS)
-        out[label] = {"sd_log": spread, "ratios": rows}
-    return out
+    effects = {name: math.log(ratio) for name, ratio in RATIOS.items()}
+    return power_table(sd, effects, UNITS, simulations, ALPHAS, rows_key="ratios")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,6 +62,28 @@ def power_row(
     }
 
 
+def power_table(
+    sd: float,
+    effects: dict[str, float],
+    units: Iterable[int],
+    simulations: int,
+    alphas: dict[str, float] | None = None,
+    rows_key: str = "effects",
+) -> dict[str, dict]:
+    """{"sd" | "2sd": {"sd_log": spread, rows_key: {name: `power_row`}}}: the power table at
+    the paired sd `sd` (log units) and at twice it, one row per effect (its log ratio)."""
+    return {
+        label: {
+            "sd_log": spread,
+            rows_key: {
+                name: power_row(effect, spread, units, simulations, alphas)
+                for name, effect in effects.items()
+            },
+        }
+        for label, spread in (("sd", sd), ("2sd", 2 * sd))
+    }
+
+
 def primary_values(report: dict) -> dict[str, dict[str, float]]:
     """{base: {task: y}}, y = ln(KL on SIDE_TEXT / gain on the update's task), every adapter."""
     updates = report["updates"]
@@ -87,12 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = sorted(values["teacher"])
     differences = {t: values["teacher"][t] - values["tt"][t] for t in tasks}
     sd = math.sqrt(sum(d * d for d in differences.values()) / len(differences))
-    table: dict[str, dict] = {}
-    for label, spread in (("sd", sd), ("2sd", 2 * sd)):
-        rows = {}
-        for name, effect in EFFECTS.items():
-            rows[name] = power_row(effect, spread, UNITS, args.simulations)
-        table[label] = {"sd_log": spread, "effects": rows}
+    table = power_table(sd, EFFECTS, UNITS, args.simulations)
     result = {
         "what": "power of the exact two-sided sign-flip test, alpha 0.05, of the PIT - TT "
         "difference of ln(side-effect KL on WikiText-2 / target gain), one value per unit",
