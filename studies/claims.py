@@ -122,6 +122,14 @@ class Value:
     times: str | None = None
     scale: float = 1.0
 
+    @classmethod
+    def from_spec(cls, name: str, spec: dict[str, Any]) -> Value:
+        """The value a YAML spec ({file, path, value, digits, slice: [i, j], ...}) describes."""
+        spec = dict(spec)
+        if "slice" in spec:
+            spec["slice"] = tuple(spec["slice"])
+        return cls(name=name, **spec)
+
     def rounded(self, x: float) -> float:
         x = x * self.scale
         if self.sig is not None:
@@ -380,10 +388,7 @@ def load_claims(path: Path | None = None) -> list[Claim]:
     for i, row in enumerate(raw["claims"]):
         values = {}
         for name, spec in (row.get("values") or {}).items():
-            spec = dict(spec)
-            if "slice" in spec:
-                spec["slice"] = tuple(spec["slice"])
-            values[name] = Value(name=name, **spec)
+            values[name] = Value.from_spec(name, spec)
         keys = {"values", "units", "units_from", "unit_digits"}
         fields = {k: str(v) for k, v in row.items() if k not in keys}
         try:

@@ -124,8 +124,10 @@ def covers(key: str, found: Found) -> bool:
     key, a heading of its section or subsection that starts with the scope (the page's title
     scopes the text above the first `##` section only)."""
     text, scope = split_key(key)
-    if text != found.text or scope is None:
-        return text == found.text
+    if text != found.text:
+        return False
+    if scope is None:
+        return True
     return any(h.startswith(scope) for h in found.headings[1:]) or (
         found.section == "" and found.headings[:1] != () and found.headings[0].startswith(scope)
     )
@@ -295,7 +297,7 @@ def tie(
         entry = yaml.safe_load(path.read_text())["pages"].get(page) or {}
         markdown = (root / page).read_text()
         result = T.propose(
-            root, page, markdown, prose(markdown), untied(root, page, entry), entry_key(markdown)
+            root, page, markdown, prose(markdown), untied_in(markdown, entry), entry_key(markdown)
         )
         results.append(result)
         if not write or not result.ties:
@@ -308,7 +310,7 @@ def tie(
         T.write_ties(path, page, lines)
         check = (yaml.safe_load(path.read_text())["pages"][page] or {}).get("numbers") or {}
         for label in result.ties:
-            got = C.Value(name=label, **check[label])
+            got = C.Value.from_spec(label, check[label])
             assert math.isclose(got.rounded(C.measured(got, root)), got.value, abs_tol=1e-12)
     return results
 
@@ -331,7 +333,7 @@ def tie_defaults(
     for page in page_names:
         entry = yaml.safe_load(path.read_text())["pages"].get(page) or {}
         markdown = (root / page).read_text()
-        result = D.propose(page, markdown, untied(root, page, entry), defaults)
+        result = D.propose(page, markdown, untied_in(markdown, entry), defaults)
         results.append(result)
         if not write or not result.ties:
             continue
@@ -429,9 +431,10 @@ def _print_spanning(root: Path, chosen: list[str]) -> int:
         markdown = (root / page).read_text()
         keys = spanning(markdown, spec.get(page) or {})
         total += len(keys)
+        found = numbers(markdown) if keys else []
         for key, sections in keys.items():
             print(f"{page}: {key!r} is in {len(sections)} sections")
-            for f in numbers(markdown):
+            for f in found:
                 if covers(key, f):
                     print(f"    {f.line}: [{f.section[:30]}] …{f.context}…")
     print(f"{total} keys span sections")

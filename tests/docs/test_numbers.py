@@ -21,13 +21,6 @@ SPEC = yaml.safe_load((ROOT / "docs" / "numbers.yaml").read_text())["pages"]
 PAGES = [str(p.relative_to(ROOT)) for p in N.pages(ROOT)]
 
 
-def _value(label: str, spec: dict) -> C.Value:
-    spec = dict(spec)
-    if "slice" in spec:
-        spec["slice"] = tuple(spec["slice"])
-    return C.Value(name=label, **spec)
-
-
 def _specs(page: str) -> list[tuple[str, dict]]:
     """(key, spec) of every tie of the page's `numbers:`; an entry holding a list (one spec per
     occurrence it covers, in page order) gives one pair per element. An element is a value
@@ -41,7 +34,11 @@ def _specs(page: str) -> list[tuple[str, dict]]:
 
 
 def _tied(page: str) -> list[tuple[str, C.Value]]:
-    return [(k, _value(k, s)) for k, s in _specs(page) if "default" not in s and "allow" not in s]
+    return [
+        (k, C.Value.from_spec(k, s))
+        for k, s in _specs(page)
+        if "default" not in s and "allow" not in s
+    ]
 
 
 def _defaults(page: str) -> list[tuple[str, str | list[str]]]:
