@@ -383,7 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     if args.spanning is not None:
-        return _print_spanning(args.root, _chosen(ap, args.root, args.spanning, not args.spanning))
+        return _print_spanning(
+            args.root, _chosen(ap, args.root, args.spanning, not args.spanning, "--spanning")
+        )
     if args.tie_defaults or args.tie_defaults_all:
         from studies import numbers_defaults
 
