@@ -17,9 +17,11 @@ The JSON:
     python -m studies.interface_updates A/updates.json B/updates.json [--write]
         (--write: docs/results/interface_updates.json and the generated block of results.md)
     python -m studies.interface_updates --partial ROOT [--write]
-        (a stage cut short: ROOT holds the update folders of a GPU call, the runs' metrics and
-        the configs' `out` folders; the bases whose every file exists are recorded, and no
-        test is read from fewer units than the rule needs)
+        (stages not yet complete, cut short or still running: ROOT holds the configs' `out`
+        folders, with the runs' metrics and the update folders (a GPU call's unpacked JSON, or
+        this checkout's own `runs/`); the bases whose every file exists are recorded, and no
+        test is read from fewer units than the test needs or while the seeds rule,
+        `seeds_rule_pending`, still waits for seeds)
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ SD_LIMIT = 0.15
 #: Units below which no two-sided exact sign-flip test can reach p ≤ 0.05 (2/2^5 > 0.05).
 MIN_UNITS = 6
 FIRST_SEEDS = tuple(range(8))
+#: The seeds the rule adds when the sd over FIRST_SEEDS exceeds SD_LIMIT for either update.
+EXTRA_SEEDS = tuple(range(8, 12))
 
 
 def comparisons(records: list[dict[str, Any]], pairs: list[list[str]], outside: list[str]):
@@ -105,6 +109,37 @@ def choose_seeds(reports: dict[str, dict[str, Any]]) -> tuple[list[int], dict[st
     if all(sd is not None and sd <= SD_LIMIT for sd in sds.values()):
         return [s for s in every if s in FIRST_SEEDS], sds
     return every, sds
+
+
+def seeds_rule_pending(rule: dict[str, Any]) -> str | None:
+    """Why no test may be read yet under the declared seeds rule, or None when it may.
+
+    Args:
+        rule: the JSON's `seeds_rule` ({"sd_limit", "sd_over_seeds_0_7": {update: sd or None},
+            "seeds_read"}).
+
+    Returns:
+        None when every update's sd over seeds 0-7 is known and at most the limit, or when
+        seeds 8-11 are read; else the reason, as a sentence without its full stop.
+    """
+    if set(EXTRA_SEEDS) <= set(rule["seeds_read"]):
+        return None
+    sds = rule["sd_over_seeds_0_7"]
+    unknown = sorted(k for k, sd in sds.items() if sd is None)
+    over = {k: sd for k, sd in sds.items() if sd is not None and sd > rule["sd_limit"]}
+    if over:
+        text = ", ".join(f"({k}) {sd:.3f}" for k, sd in sorted(over.items()))
+        return (
+            f"the sd of the PIT − TT differences over seeds 0–7 exceeds {rule['sd_limit']} "
+            f"({text}), so the declared rule measures seeds 8–11 before any test is read"
+        )
+    if unknown:
+        names = " and ".join(f"({k})" for k in unknown)
+        return (
+            f"the sd over seeds 0–7 of update {names} is not known yet, and the declared rule "
+            "reads no test before it is"
+        )
+    return None
 
 
 def assemble(reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -174,6 +209,7 @@ def markdown(data: dict[str, Any]) -> str:
     """The tables of results.md §16."""
     lines = []
     holm_p = {f["update"]: f["p_holm"] for f in data["primary_family"]}
+    pending = seeds_rule_pending(data["seeds_rule"])
     for key, update in data["updates"].items():
         lines += [f"**Update ({key}): {update['what']}** (`{update['config']}`)", ""]
         for c in update["comparisons"]:
@@ -202,6 +238,9 @@ def markdown(data: dict[str, Any]) -> str:
                     f"{MIN_UNITS} an exact two-sided sign-flip test needs to reach p ≤ 0.05 "
                     "(the interval and p above describe these units only)"
                 )
+            elif pending:
+                verdict = f"not read as a test: {pending} (the interval and p above describe "
+                verdict += "these units only)"
             lines += ["", f"Primary: {verdict}.", ""]
         lines += _descriptive(data, key)
     return "\n".join(lines).rstrip() + "\n"
@@ -262,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("a", nargs="?", help="updates.json of update (a)")
     parser.add_argument("b", nargs="?", help="updates.json of update (b)")
-    parser.add_argument("--partial", type=Path, help="the root of a stage cut short")
+    parser.add_argument("--partial", type=Path, help="the root of stages not yet complete")
     parser.add_argument("--write", action="store_true", help="write the JSON and results.md")
     args = parser.parse_args(argv)
     if args.partial:
@@ -270,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         reports = {k: json.loads(Path(p).read_text()) for k, p in (("a", args.a), ("b", args.b))}
     data = assemble(reports)
-    data["status"] = "partial: the stage was cut short" if args.partial else "complete"
+    data["status"] = "partial: not every base is measured" if args.partial else "complete"
     text = markdown(data)
     print(text)
     if args.write:

@@ -9,7 +9,13 @@ import json
 import pytest
 
 from studies import ROOT
-from studies.interface_updates import BLOCK, RESULTS_PAGE, comparisons, markdown
+from studies.interface_updates import (
+    BLOCK,
+    RESULTS_PAGE,
+    comparisons,
+    markdown,
+    seeds_rule_pending,
+)
 
 DATA = ROOT / "docs" / "results" / "interface_updates.json"
 
@@ -41,3 +47,29 @@ def test_every_unit_names_its_interface_seed_and_update(data: dict) -> None:
         assert unit["update"] in ("a", "b") and unit["tie"] in ("untied", "tt", "pit")
         assert isinstance(unit["base_seed"], int) and unit["step"] in (10, 40)
         assert set(unit["kl"]) == {"wikitext-2", "gutenberg-validation"}
+
+
+def _rule(sds: dict, seeds: range) -> dict:
+    return {"sd_limit": 0.15, "sd_over_seeds_0_7": sds, "seeds_read": list(seeds)}
+
+
+def test_the_seeds_rule_reads_seeds_0_to_7_only_when_both_sds_are_within_the_limit() -> None:
+    assert seeds_rule_pending(_rule({"a": 0.1, "b": 0.15}, range(8))) is None
+    over = seeds_rule_pending(_rule({"a": 0.1, "b": 0.2}, range(8)))
+    assert over is not None and "(b) 0.200" in over and "(a)" not in over
+    unknown = seeds_rule_pending(_rule({"a": 0.1, "b": None}, range(8)))
+    assert unknown is not None and "(b)" in unknown
+    assert seeds_rule_pending(_rule({"a": 0.3, "b": 0.2}, range(12))) is None
+    assert seeds_rule_pending(_rule({"a": 0.3, "b": 0.2}, range(11))) is not None
+
+
+def test_no_test_is_read_while_the_rule_waits_for_seeds(data: dict) -> None:
+    waiting = json.loads(json.dumps(data))
+    waiting["seeds_rule"] = _rule({"a": 0.3, "b": None}, range(8))
+    for update in waiting["updates"].values():
+        for c in update["comparisons"]:
+            if "primary" in c:
+                c["primary"]["n"] = 8
+    text = markdown(waiting)
+    verdicts = [line for line in text.splitlines() if line.startswith("Primary:")]
+    assert verdicts and all("not read as a test: the sd" in v for v in verdicts)
