@@ -97,12 +97,15 @@ def comparisons(records: list[dict[str, Any]], pairs: list[list[str]], outside: 
 
 
 def choose_seeds(reports: dict[str, dict[str, Any]]) -> tuple[list[int], dict[str, float]]:
-    """The seeds the analysis reads by the declared rule, and each update's sd over seeds 0-7."""
+    """The seeds the analysis reads by the declared rule, and each update's sd over seeds 0-7
+    (None until every one of them is a complete TT/PIT unit: a partial stage's sd decides
+    nothing)."""
     sds = {}
     for key, report in reports.items():
         records = [r for r in report["update_units"]["bases"] if r["base_seed"] in FIRST_SEEDS]
         (tt_pit,) = comparisons(records, [["tt", "pit"]], [])
-        sds[key] = tt_pit["primary"].get("sd", math.inf) if "primary" in tt_pit else None
+        complete = "primary" in tt_pit and tt_pit["primary"]["n"] == len(FIRST_SEEDS)
+        sds[key] = tt_pit["primary"].get("sd", math.inf) if complete else None
     every = sorted(
         {r["base_seed"] for rep in reports.values() for r in rep["update_units"]["bases"]}
     )

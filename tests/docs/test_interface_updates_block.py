@@ -12,6 +12,7 @@ from studies import ROOT
 from studies.interface_updates import (
     BLOCK,
     RESULTS_PAGE,
+    choose_seeds,
     comparisons,
     markdown,
     seeds_rule_pending,
@@ -73,3 +74,11 @@ def test_no_test_is_read_while_the_rule_waits_for_seeds(data: dict) -> None:
     text = markdown(waiting)
     verdicts = [line for line in text.splitlines() if line.startswith("Primary:")]
     assert verdicts and all("not read as a test: the sd" in v for v in verdicts)
+
+
+def test_an_update_missing_a_seed_of_0_to_7_has_no_sd_yet(data: dict) -> None:
+    bases = [u for u in data["units"] if u["update"] == "a"]
+    sd = choose_seeds({"a": {"update_units": {"bases": bases}}})[1]["a"]
+    assert sd == pytest.approx(data["seeds_rule"]["sd_over_seeds_0_7"]["a"])
+    short = [u for u in bases if u["base_seed"] != 7]
+    assert choose_seeds({"a": {"update_units": {"bases": short}}})[1]["a"] is None
