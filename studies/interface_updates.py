@@ -235,15 +235,17 @@ def markdown(data: dict[str, Any]) -> str:
             verdict = c["primary"].get("verdict", "")
             if (c["control"], c["treatment"]) == ("tt", "pit") and key in holm_p:
                 verdict += f"; Holm over the two updates' primary tests: p {holm_p[key]:.3g}"
+            unread = pending
             if c["primary"]["n"] < MIN_UNITS:
-                verdict = (
-                    f"not read as a test: {c['primary']['n']} unit(s), fewer than the "
-                    f"{MIN_UNITS} an exact two-sided sign-flip test needs to reach p ≤ 0.05 "
-                    "(the interval and p above describe these units only)"
+                unread = (
+                    f"{c['primary']['n']} unit(s), fewer than the {MIN_UNITS} an exact "
+                    "two-sided sign-flip test needs to reach p ≤ 0.05"
                 )
-            elif pending:
-                verdict = f"not read as a test: {pending} (the interval and p above describe "
-                verdict += "these units only)"
+            if unread:
+                verdict = (
+                    f"not read as a test: {unread} (the interval and p above describe these "
+                    "units only)"
+                )
             lines += ["", f"Primary: {verdict}.", ""]
         lines += _descriptive(data, key)
     return "\n".join(lines).rstrip() + "\n"
