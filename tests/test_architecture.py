@@ -32,7 +32,7 @@ LAYERS: dict[str, float] = {
     "threads": 0,
     "devices": 0,
     "outputs": 0,
-    "kernels": 0,
+    "kernels": 0.25,  # asks devices (layer 0) whether Triton compiles for a GPU
     "options": 0.5,
     "info": 1,
     "interface": 1,

@@ -168,6 +168,16 @@ def resolve_compile(setting: bool | str, device: str | torch.device, hooks: bool
         return bool(setting)
     if torch.device(device).type != "cuda" or hooks or os.environ.get("TYING_COMPILE") == "0":
         return False
-    from torch.utils._triton import has_triton
+    return triton_compiles_for(torch.device(device))
 
-    return has_triton()
+
+def triton_compiles_for(device: torch.device) -> bool:
+    """Whether Inductor can generate Triton kernels for CUDA `device`: the triton package is
+    installed and the GPU's compute capability is at least 7.0 (the CUDA test of torch's
+    `torch.utils._triton.has_triton`, without its imports of triton and torch._dynamo, which
+    doubled the CPU time of `tying info`: 1.5 s of `import torch` became 3.1 s here)."""
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None:
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 7

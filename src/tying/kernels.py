@@ -85,7 +85,7 @@ def _compiler_available(device_type: str, cxx: str) -> bool:
     if device_type == "cpu":
         return any(shutil.which(c) for c in (cxx, "g++", "clang++") if c)
     if device_type == "cuda":
-        from torch.utils._triton import has_triton
+        from tying.devices import triton_compiles_for
 
-        return has_triton()
+        return triton_compiles_for(torch.device("cuda"))
     return False

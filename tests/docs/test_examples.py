@@ -96,8 +96,11 @@ def example_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         found = Path(sys.executable).with_name(tool)
         if found.exists():
             (bin_dir / tool).symlink_to(found)
-    (bin_dir / "python").symlink_to(sys.executable)
-    (bin_dir / "python3").symlink_to(sys.executable)
+    # shims, not links: a link to a venv's interpreter (itself a link) runs outside the venv
+    _shim(bin_dir / "python", f'"{sys.executable}"')
+    _shim(bin_dir / "python3", f'"{sys.executable}"')
+    if not (bin_dir / "tying").exists():  # a checkout on PYTHONPATH, not installed (a GPU machine)
+        _shim(bin_dir / "tying", f'"{sys.executable}" -m tying')
     env = dict(os.environ)
     env.update(
         TYING_EXAMPLE_BUDGET="tiny",
@@ -114,6 +117,12 @@ def example_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     return env
+
+
+def _shim(path: Path, command: str) -> None:
+    """An executable sh script at `path` that runs `command` with its arguments."""
+    path.write_text(f'#!/bin/sh\nexec {command} "$@"\n')
+    path.chmod(0o755)
 
 
 def _run(script: str, language: str, cwd: Path, env: dict[str, str]) -> None:

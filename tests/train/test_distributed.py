@@ -1,4 +1,6 @@
-"""torchrun with 2 CPU processes (gloo): same global batch, same losses as one process."""
+"""torchrun with 2 CPU processes (gloo): same global batch, same losses as one process (the
+GPUs of a machine that has them are hidden: these are the CPU runs); more processes than GPUs
+are refused in one line."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from .conftest import small_run
 
 
 def _run(args: list[str], nproc: int, tmp_cache: str) -> None:
-    env = dict(os.environ, OMP_NUM_THREADS="1", TYING_CACHE_DIR=tmp_cache)
+    env = dict(os.environ, OMP_NUM_THREADS="1", TYING_CACHE_DIR=tmp_cache, CUDA_VISIBLE_DEVICES="")
     if nproc == 1:
         cmd = [sys.executable, "-m", "tying", "train", *args]
     else:
@@ -54,6 +56,7 @@ def test_a_process_group_is_refused_a_folder_in_use(small_corpus, tmp_path) -> N
 
     out = tmp_path / "held"
     env = dict(os.environ, OMP_NUM_THREADS="1", TYING_CACHE_DIR=str(tmp_path / "cache"))
+    env["CUDA_VISIBLE_DEVICES"] = ""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
     cmd += ["-m", "tying", "train", *small_run(small_corpus, out, max_steps=2)]
     with RunFolderLock(out):
@@ -66,3 +69,22 @@ def test_a_process_group_is_refused_a_folder_in_use(small_corpus, tmp_path) -> N
     ]
     assert len(refused) == 2, result.stdout[-3000:] + result.stderr[-3000:]
     assert not out.exists()
+
+
+def test_more_processes_than_gpus_is_one_line(monkeypatch) -> None:
+    """The second process of `torchrun --nproc-per-node=2` on a one-GPU machine: a ConfigError
+    that names the GPU count and the two ways out, not CUDA's 'invalid device ordinal'."""
+    import torch
+
+    from tying.config import ConfigError
+    from tying.train.distributed import init_distributed
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(
+        ConfigError, match=r"process 2 on a machine with 1 GPU\(s\): use --nproc-per-node=1"
+    ):
+        init_distributed()

@@ -9,6 +9,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from tying.config import ConfigError
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -32,11 +34,21 @@ def init_distributed() -> DistInfo:
     """Join the process group that torchrun describes (RANK/WORLD_SIZE/LOCAL_RANK), if any.
 
     Backend: NCCL when CUDA is available, gloo otherwise. One process: nothing to join.
+
+    Raises:
+        ConfigError: torchrun started more processes on this machine than it has GPUs (each
+            process trains on the GPU of its local rank).
     """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if torch.cuda.is_available():
+        gpus = torch.cuda.device_count()
+        if local_rank >= gpus:
+            raise ConfigError(
+                f"torchrun started process {local_rank + 1} on a machine with {gpus} GPU(s): "
+                f"use --nproc-per-node={gpus}, or CUDA_VISIBLE_DEVICES= to train on the CPU (gloo)"
+            )
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     else:
