@@ -16,9 +16,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tying.paths import gutenberg_validation
 
 #: Deterministic cuBLAS for the whole session: `train(deterministic=True)` sets this too, but
-#: only a process's first cuBLAS handle reads it, and in a test worker an earlier test has
-#: made one (on a GPU machine, two in-process runs of one config then differed at the 7th
-#: digit from their first step).
+#: only a process's first cuBLAS handle reads it, and in a test worker an earlier test may
+#: have made one.
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
