@@ -85,6 +85,6 @@ def test_more_processes_than_gpus_is_one_line(monkeypatch) -> None:
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
     with pytest.raises(
-        ConfigError, match=r"process 2 on a machine with 1 GPU\(s\): use --nproc-per-node=1"
+        ConfigError, match=r"process 2 on a machine with 1 GPU\(s\): start at most 1 per node"
     ):
         init_distributed()

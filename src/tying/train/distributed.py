@@ -47,7 +47,8 @@ def init_distributed() -> DistInfo:
         if local_rank >= gpus:
             raise ConfigError(
                 f"torchrun started process {local_rank + 1} on a machine with {gpus} GPU(s): "
-                f"use --nproc-per-node={gpus}, or CUDA_VISIBLE_DEVICES= to train on the CPU (gloo)"
+                f"start at most {gpus} per node, or hide the GPUs (CUDA_VISIBLE_DEVICES=) to "
+                "train on the CPU (gloo)"
             )
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
