@@ -123,7 +123,8 @@ def test_info_is_fast(tmp_path: Path) -> None:
     """`tying info` imports torch (its facts are torch's) and little else: its CPU time is at
     most INFO_OVER_TORCH times that of `import torch` measured beside it, and INFO_CPU_S on a
     machine without CUDA. (On a lent H100 machine `import torch` alone took 5.7-6.6 s of CPU,
-    and `tying info` twice that while it imported torch._dynamo to ask for Triton.)"""
+    and `tying info` about twice that while it still asked torch's has_triton, which imports
+    torch._dynamo.)"""
     torch_cpu = _timed_command([sys.executable, "-c", "import torch"], tmp_path)[1]
     result, cpu, wall = _timed(["info", "--json"], tmp_path)
     assert result.returncode == 0, result.stderr
