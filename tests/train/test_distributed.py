@@ -15,23 +15,17 @@ from tying.train.metrics import read_metrics
 from .conftest import small_run
 
 
-def _run(args: list[str], nproc: int, tmp_cache: str) -> None:
+def _train(args: list[str], nproc: int, tmp_cache: str) -> subprocess.CompletedProcess[str]:
+    """`tying train ARGS` in one process, or under torchrun in `nproc`, on the CPU (the GPUs of
+    a machine that has them hidden), one thread each."""
     env = dict(os.environ, OMP_NUM_THREADS="1", TYING_CACHE_DIR=tmp_cache, CUDA_VISIBLE_DEVICES="")
-    if nproc == 1:
-        cmd = [sys.executable, "-m", "tying", "train", *args]
-    else:
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc-per-node={nproc}",
-            "-m",
-            "tying",
-            "train",
-            *args,
-        ]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    torchrun = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    cmd = [sys.executable, *(torchrun if nproc > 1 else []), "-m", "tying", "train", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _run(args: list[str], nproc: int, tmp_cache: str) -> None:
+    out = _train(args, nproc, tmp_cache)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
 
@@ -55,12 +49,8 @@ def test_a_process_group_is_refused_a_folder_in_use(small_corpus, tmp_path) -> N
     from tying.train.lock import RunFolderLock
 
     out = tmp_path / "held"
-    env = dict(os.environ, OMP_NUM_THREADS="1", TYING_CACHE_DIR=str(tmp_path / "cache"))
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
-    cmd += ["-m", "tying", "train", *small_run(small_corpus, out, max_steps=2)]
     with RunFolderLock(out):
-        result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        result = _train(small_run(small_corpus, out, max_steps=2), 2, str(tmp_path / "cache"))
     assert result.returncode != 0
     refused = [
         line
